@@ -1,0 +1,198 @@
+"""Outcome -> evidence bundle: the graph the callers write, PROV-O, and an earned claim.
+
+Graph shape (CONTRACT.md section 4): ``SourceObject -hasOccurrence-> AssetOccurrence -hasBlob->
+Blob``; ``Evidence -extractedFrom-> AssetOccurrence``; ``Evidence -SUPPORTS-> Claim``; plus one
+provenance activity node per call. Pure: no I/O, no clock; every id is derived from the inputs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from adapters.ids import canonical, locus_ref, ref, token
+from adapters.loci import LocusDraft, to_loci
+from adapters.prov import ProvFacts, prov_jsonld
+from adapters.verify import loci_valid
+from contract.bundle import BundleArtifact, Edge, EvidenceBundle, Node
+from contract.errors import MediafleetError, PublicError
+from contract.jobs import Outcome
+from contract.locus import EvidenceLocus, LocusSubject
+from contract.manifest import Capability
+
+__all__ = ["build_bundle", "refused_bundle"]
+
+
+def _artifact_nodes(artifact: BundleArtifact) -> tuple[list[Node], list[Edge], str, str]:
+    hex_digest = artifact.digest.removeprefix("sha256:")
+    source_id = f"sourceobject:{artifact.digest}"
+    occurrence_id = f"occurrence:{token('occurrence', artifact.digest)}"
+    blob_id = f"blob:{hex_digest}"
+    nodes = [
+        Node(id=source_id, node_type="SourceObject", properties={"digest": artifact.digest}),
+        Node(
+            id=occurrence_id,
+            node_type="AssetOccurrence",
+            properties={"media_type": artifact.media_type, "bytes": artifact.bytes, "modality": artifact.modality},
+        ),
+        Node(id=blob_id, node_type="Blob", properties={"digest": artifact.digest, "bytes": artifact.bytes}),
+    ]
+    edges = [
+        Edge(source=source_id, target=occurrence_id, relationship="hasOccurrence"),
+        Edge(source=occurrence_id, target=blob_id, relationship="hasBlob"),
+    ]
+    return nodes, edges, occurrence_id, blob_id
+
+
+def _activity(
+    activity_id: str,
+    *,
+    capability: Capability | None,
+    action: str | None,
+    status: str,
+    started_at: datetime,
+    ended_at: datetime,
+    locus_count: int,
+    error: PublicError | None,
+    agent: dict[str, str],
+) -> Node:
+    return Node(
+        id=activity_id,
+        node_type="ProvenanceActivity",
+        properties={
+            "kind": "media_sidecar",
+            "sidecar": capability.provider if capability else None,
+            "tool": capability.tool if capability else None,
+            "modality": capability.modality.value if capability else None,
+            "action": action,
+            "status": status,
+            "at": ended_at.isoformat(),
+            "startedAtTime": started_at.isoformat(),
+            "endedAtTime": ended_at.isoformat(),
+            "locusCount": locus_count,
+            "error_code": error.code.value if error else None,
+            **agent,
+        },
+    )
+
+
+def _agent(outcome: Outcome | None) -> tuple[str, str, dict[str, str]]:
+    producer = outcome.result.producer if outcome and outcome.result is not None else None
+    if producer is None:
+        return "agent:mediafleet", "mediafleet", {}
+    facts = {
+        "engine": producer.engine,
+        "engineVersion": producer.engine_version,
+        "extractor": producer.extractor,
+        "extractorVersion": producer.extractor_version,
+    }
+    if producer.models:
+        facts["models"] = canonical([m.model_dump() for m in producer.models])
+    agent_id = "agent:" + token("agent", canonical(facts))
+    label = f"{producer.extractor} {producer.extractor_version} ({producer.engine} {producer.engine_version})"
+    return agent_id, label, facts
+
+
+def refused_bundle(
+    job_id: str, action: str | None, artifact: BundleArtifact, error: PublicError, at: datetime
+) -> EvidenceBundle:
+    """The bundle for a request refused before any worker saw it."""
+    nodes, edges, _, _ = _artifact_nodes(artifact)
+    activity_id = f"activity:{token('activity', job_id, at.isoformat())}"
+    agent_id, label, facts = _agent(None)
+    nodes.append(
+        _activity(activity_id, capability=None, action=action, status="failed", started_at=at, ended_at=at,
+                  locus_count=0, error=error, agent=facts)
+    )
+    prov = prov_jsonld(
+        ProvFacts(activity_id, f"blob:{artifact.digest.removeprefix('sha256:')}", artifact.digest, artifact.media_type,
+                  agent_id, label, facts, action or "", "failed", at, at, (), None)
+    )
+    return EvidenceBundle(job_id=job_id, action=action, artifact=artifact, status="failed", error=error,
+                          nodes=nodes, edges=edges, prov=prov)
+
+
+def build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
+    """Map a worker outcome to the evidence bundle.
+
+    The result is checked again here: a locus kind the capability does not declare fails the
+    whole bundle (``undeclared_locus_kind``) rather than passing through.
+    """
+    art = outcome.artifact
+    artifact = BundleArtifact(digest=art.digest, media_type=art.media_type, bytes=art.bytes, modality=art.modality)
+    nodes, edges, occurrence_id, blob_id = _artifact_nodes(artifact)
+    activity_id = f"activity:{token('activity', outcome.job_id, outcome.started_at.isoformat())}"
+    agent_id, label, agent_facts = _agent(outcome)
+    status, error = outcome.status, outcome.error
+    drafts: list[LocusDraft] = []
+    if status == "ok" and outcome.result is not None:
+        drafts = to_loci(outcome.result, art.digest)
+        try:
+            capability.check_produces({d.address.kind for d in drafts})
+        except MediafleetError as exc:
+            status, error, drafts = "failed", exc.public(), []
+
+    evidence_ids: list[str] = []
+    claim_id: str | None = None
+    if status == "ok":
+        producer = outcome.result.producer  # type: ignore[union-attr]
+        derivation = ref(
+            "derivation", art.digest, capability.action, producer.extractor_version, producer.engine,
+            producer.engine_version, canonical(producer.options),
+        )
+        policy = ref("policy", canonical(capability.model_dump(mode="json")))
+        subject = LocusSubject(id=f"eg:{occurrence_id}")
+        checks = {**outcome.checks, "locus_kinds_declared": True, "loci_valid": loci_valid(drafts)}
+        claim_id = f"claim:{token('claim', derivation)}"
+        confidences = [d.confidence for d in drafts if d.confidence is not None]
+        for index, draft in enumerate(drafts):
+            locus = EvidenceLocus(id=locus_ref(derivation, index), subject=subject, address=draft.address,
+                                  policy_ref=policy, derivation_ref=derivation)
+            evidence_id = f"evidence:{locus.id.rsplit(':', 1)[1]}"
+            props: dict[str, Any] = {
+                "evidence_locus": locus.model_dump(mode="json"),
+                "occurrence_id": occurrence_id,
+                "blob_ref": blob_id,
+                "locus_kind": draft.address.kind,
+                **draft.properties,
+            }
+            if draft.text is not None:
+                props["text"] = draft.text
+            if draft.confidence is not None:
+                props["confidence"] = draft.confidence
+            nodes.append(Node(id=evidence_id, node_type="Evidence", properties=props))
+            edges.append(Edge(source=evidence_id, target=occurrence_id, relationship="extractedFrom"))
+            edges.append(Edge(source=evidence_id, target=claim_id, relationship="SUPPORTS"))
+            evidence_ids.append(locus.id)
+        nodes.append(
+            Node(
+                id=claim_id,
+                node_type="Claim",
+                properties={
+                    "claim_type": "observation",
+                    "confidence": sum(confidences) / len(confidences) if confidences else 1.0,
+                    "is_verified": all(checks.values()),
+                    "checks": checks,
+                    "source_ids": [activity_id],
+                    "extracted_from": occurrence_id,
+                    "domain": art.modality.value,
+                    "locus_count": len(drafts),
+                    "metadata": {
+                        "was_generated_by": activity_id,
+                        "generated_at_time": outcome.ended_at.isoformat(),
+                        "artifact_id": art.digest,
+                    },
+                },
+            )
+        )
+    nodes.append(
+        _activity(activity_id, capability=capability, action=outcome.action, status=status,
+                  started_at=outcome.started_at, ended_at=outcome.ended_at, locus_count=len(evidence_ids),
+                  error=error, agent=agent_facts)
+    )
+    prov = prov_jsonld(
+        ProvFacts(activity_id, blob_id, art.digest, art.media_type, agent_id, label, agent_facts, outcome.action,
+                  status, outcome.started_at, outcome.ended_at, evidence_ids, claim_id)
+    )
+    return EvidenceBundle(job_id=outcome.job_id, action=outcome.action, artifact=artifact, status=status,
+                          error=error, nodes=nodes, edges=edges, prov=prov)

@@ -1,0 +1,43 @@
+"""Deterministic identifiers: the same input, capability, versions and options give the same ids.
+
+Replays are idempotent because nothing here reads a clock or a random source: a job id, a locus
+id or a claim id is a hash of what it is about.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from contract.locus import opaque_ref
+
+__all__ = ["canonical", "job_id", "locus_ref", "ref", "token"]
+
+_SEP = "\x1f"
+
+
+def canonical(value: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces) of options or any JSON-like value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def token(*parts: str, length: int = 32) -> str:
+    """Lowercase hex token of ``length`` characters derived from ``parts``."""
+    return hashlib.sha256(_SEP.join(parts).encode("utf-8")).hexdigest()[:length]
+
+
+def ref(namespace: str, *parts: str) -> str:
+    """An opaque ref ``eg:<namespace>:<token>`` derived from ``parts``."""
+    return opaque_ref(namespace, token(namespace, *parts))
+
+
+def job_id(digest: str, action: str, extractor_version: str, options: Mapping[str, Any]) -> str:
+    """The job for this artifact, capability, extractor version and options."""
+    return "mf-" + token("job", digest, action, extractor_version, canonical(dict(options)))
+
+
+def locus_ref(derivation: str, index: int) -> str:
+    """The ``index``-th locus of one derivation."""
+    return ref("locus", derivation, str(index))

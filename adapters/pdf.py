@@ -1,0 +1,52 @@
+"""PDF result -> loci: the page, its text, its lines."""
+
+from __future__ import annotations
+
+from adapters.drafts import Bounds, LocusDraft
+from contract.addresses import CharacterRange, ImageRegion, PageRegion
+from contract.pdf import PdfResult
+
+__all__ = ["PDF_SPACE", "pdf_loci"]
+
+PDF_SPACE = "pdf_points_top_left"
+
+
+def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
+    """Per page: a PageRegion over the page, a CharacterRange over its text, an ImageRegion per line.
+
+    Character offsets index the document text: the page texts joined by form feeds (``\\f``).
+    """
+    total_text = sum(len(p.text) for p in result.pages) + max(len(result.pages) - 1, 0)
+    drafts: list[LocusDraft] = []
+    offset = 0
+    for page in result.pages:
+        page_bounds = Bounds(width=page.width, height=page.height)
+        on_page = {"page": page.page, "coordinate_space": PDF_SPACE, "path": page.path}
+        drafts.append(
+            LocusDraft(
+                address=PageRegion(page=page.page, x=0.0, y=0.0, width=page.width, height=page.height),
+                bounds=page_bounds,
+                properties=dict(on_page),
+            )
+        )
+        if page.text:
+            drafts.append(
+                LocusDraft(
+                    address=CharacterRange(start=offset, end=offset + len(page.text)),
+                    bounds=Bounds(text_length=total_text),
+                    text=page.text,
+                    properties={"page": page.page, "path": page.path, "text_unit": "unicode_code_points"},
+                )
+            )
+        for box in page.boxes:
+            drafts.append(
+                LocusDraft(
+                    address=ImageRegion(x=box.x, y=box.y, width=box.width, height=box.height),
+                    bounds=page_bounds,
+                    text=box.text,
+                    confidence=box.confidence,
+                    properties={"image_id": f"{document_id}:page{page.page}", **on_page},
+                )
+            )
+        offset += len(page.text) + 1
+    return drafts

@@ -1,0 +1,42 @@
+"""Checks that earn a claim its ``is_verified``: each locus valid and inside the real extent."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from adapters.drafts import LocusDraft
+from contract.addresses import parse_address
+
+__all__ = ["inside", "loci_valid"]
+
+# Float boxes computed from the same page size may differ in the last bits.
+_EPS = 1e-6
+
+
+def inside(draft: LocusDraft) -> bool:
+    """True when the locus lies inside the extent of what it points into."""
+    a, b = draft.address, draft.bounds
+    kind = a.kind
+    if kind in ("page_region", "image_region"):
+        if b.width is None or b.height is None:
+            return False
+        return a.x >= -_EPS and a.y >= -_EPS and a.x + a.width <= b.width + _EPS and a.y + a.height <= b.height + _EPS
+    if kind == "character_range":
+        return b.text_length is not None and a.end <= b.text_length
+    if kind in ("audio_range", "video_time_range"):
+        return b.duration_ms is not None and a.end_ms <= b.duration_ms
+    if kind == "frame_range":
+        return b.frame_count is not None and a.end_frame <= b.frame_count
+    return False
+
+
+def loci_valid(drafts: Sequence[LocusDraft]) -> bool:
+    """Every address re-validates against the engine's rules and lies inside its extent."""
+    for draft in drafts:
+        try:
+            parse_address(draft.address.model_dump(mode="json"))
+        except ValueError:
+            return False
+        if not inside(draft):
+            return False
+    return True

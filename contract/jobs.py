@@ -1,0 +1,79 @@
+"""What travels between dispatcher and worker: the request, the outcome, the job's state.
+
+The broker carries references, never bulk bytes: a request names its artifact by digest, and the
+worker reads it from the blob store and recomputes the digest before using it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field
+
+from contract.common import Digest, Strict
+from contract.errors import PublicError
+from contract.manifest import DeviceClass, Modality
+from contract.results import ExtractionResult
+
+__all__ = ["ArtifactRef", "ExtractRequest", "JobId", "JobState", "Outcome", "Progress"]
+
+_JOB_ID = re.compile(r"mf-[0-9a-f]{32}")
+
+
+def _check_job_id(value: str) -> str:
+    if not _JOB_ID.fullmatch(value):
+        raise ValueError("a job id is 'mf-' followed by 32 lowercase hex characters")
+    return value
+
+
+JobId = Annotated[str, AfterValidator(_check_job_id)]
+
+
+class ArtifactRef(Strict):
+    digest: Digest
+    media_type: str
+    bytes: Annotated[int, Field(strict=True, gt=0)]
+    modality: Modality
+
+
+class ExtractRequest(Strict):
+    """One job for one worker: run ``action`` on the artifact with these options."""
+
+    job_id: JobId
+    action: str
+    artifact: ArtifactRef
+    options: dict[str, Any] = Field(default_factory=dict)
+    device: DeviceClass = DeviceClass.CPU
+
+
+class Progress(Strict):
+    done: Annotated[int, Field(ge=0)]
+    total: Annotated[int, Field(ge=0)] | None = None
+    unit: str = "pages"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    HELD = "held"
+    STARTED = "started"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Outcome(Strict):
+    """What a worker (or the in-process runner) returns for one job."""
+
+    job_id: JobId
+    action: str
+    artifact: ArtifactRef
+    status: Literal["ok", "failed"]
+    error: PublicError | None = None
+    result: ExtractionResult | None = None  # type: ignore[valid-type]
+    checks: dict[str, bool] = Field(default_factory=dict, description="name -> passed")
+    started_at: datetime
+    ended_at: datetime
+    device: DeviceClass = DeviceClass.CPU

@@ -1,0 +1,30 @@
+"""Every modality's result, as one tagged union (tag ``kind``), and every modality's options."""
+
+from __future__ import annotations
+
+from typing import Annotated, Union
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from contract.pdf import PdfOptions, PdfResult
+
+__all__ = ["OPTIONS_BY_MODALITY", "ExtractionResult", "parse_result"]
+
+# One entry per modality; a modality's module adds its result here and nowhere else.
+_RESULTS: tuple[type[BaseModel], ...] = (PdfResult,)
+
+OPTIONS_BY_MODALITY: dict[str, type[BaseModel]] = {
+    "pdf": PdfOptions,
+}
+
+if len(_RESULTS) == 1:
+    ExtractionResult = _RESULTS[0]
+else:  # pragma: no cover - becomes the only branch once a second modality lands
+    ExtractionResult = Annotated[Union[_RESULTS], Field(discriminator="kind")]  # type: ignore[misc,valid-type]
+
+_RESULT = TypeAdapter(ExtractionResult)
+
+
+def parse_result(data: object) -> BaseModel:
+    """Validate a JSON-like result of any modality."""
+    return _RESULT.validate_python(data)

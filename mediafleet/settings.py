@@ -1,0 +1,82 @@
+"""One typed settings object per process, read from ``MEDIAFLEET_*`` variables or a TOML file.
+
+The CLI, a worker and an ingestion job configured alike find each other: same broker, same
+result backend, same blob store, same manifest. Build it once (:meth:`Settings.load`) and pass it
+down; nothing below the entry points reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from contract.manifest import DeviceClass, Manifest, load_manifest
+
+__all__ = ["Settings"]
+
+
+def _default_blob_root() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "mediafleet" / "blobs"
+
+
+class Settings(BaseSettings):
+    """Everything a mediafleet process needs to know about its surroundings."""
+
+    model_config = SettingsConfigDict(env_prefix="MEDIAFLEET_", extra="forbid", frozen=True)
+
+    broker_url: str | None = Field(None, description="Celery broker; unset means run in-process")
+    result_backend: str | None = Field(None, description="defaults to the broker URL")
+    redis_password: SecretStr | None = Field(None, repr=False, description="merged into redis:// URLs")
+    blob_root: Path = Field(default_factory=_default_blob_root)
+    manifest_file: Path | None = Field(None, description="operator file that narrows the default manifest")
+    result_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="how long results wait for pickup")
+    device: DeviceClass = Field(DeviceClass.CPU, description="the device class this worker serves")
+    threads: int = Field(1, ge=1, description="threads per worker process for each engine")
+
+    @field_validator("blob_root", "manifest_file", mode="after")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        settings_file = os.environ.get("MEDIAFLEET_SETTINGS_FILE")
+        if settings_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(settings_file)))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Settings:
+        """Read the environment (and ``MEDIAFLEET_SETTINGS_FILE``), then apply explicit overrides."""
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    def manifest(self) -> Manifest:
+        return load_manifest(self.manifest_file)
+
+    def broker(self) -> str | None:
+        return _with_password(self.broker_url, self.redis_password)
+
+    def backend(self) -> str | None:
+        return _with_password(self.result_backend or self.broker_url, self.redis_password)
+
+
+def _with_password(url: str | None, password: SecretStr | None) -> str | None:
+    if url is None or password is None or not url.startswith(("redis://", "rediss://")):
+        return url
+    scheme, rest = url.split("://", 1)
+    if "@" in rest.split("/", 1)[0]:
+        return url
+    return f"{scheme}://:{password.get_secret_value()}@{rest}"

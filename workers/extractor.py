@@ -1,0 +1,68 @@
+"""The one interface every extractor implements, and the table of where each one lives.
+
+Extractors are plain functions of a local, digest-verified file: no broker, no settings, no
+environment. Their modules are imported only when a job for their capability arrives, so a
+PDF-only worker never imports Whisper.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Protocol
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel
+
+from contract.errors import ErrorCode, Unavailable
+from contract.manifest import Capability, Limits
+
+__all__ = ["EXTRACTORS", "Extractor", "ProgressFn", "load_extractor"]
+
+ProgressFn = Callable[[int, "int | None"], None]
+
+
+class Extractor(Protocol):
+    def __call__(
+        self, path: Path, options: BaseModel, limits: Limits, progress: ProgressFn | None = None
+    ) -> BaseModel: ...
+
+
+# action -> "module:function"
+EXTRACTORS: dict[str, str] = {
+    "ocr_pdf": "workers.pdf.textlayer:extract_pdf",
+}
+
+
+@cache
+def _import(spec: str) -> Extractor:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def load_extractor(capability: Capability) -> Extractor:
+    """The extractor for a declared capability, after checking its engine is installed as declared.
+
+    Raises:
+        Unavailable: no extractor for the action, or the engine is missing or of another version.
+    """
+    spec = EXTRACTORS.get(capability.action)
+    if spec is None:
+        raise Unavailable(f"this worker has no extractor for {capability.action}", code=ErrorCode.CAPABILITY_NOT_DECLARED)
+    try:
+        installed = metadata.version(capability.engine.name)
+    except metadata.PackageNotFoundError as exc:
+        raise Unavailable(f"the {capability.engine.name} engine is not installed on this worker") from exc
+    try:
+        wanted = SpecifierSet(capability.engine.version)
+    except InvalidSpecifier as exc:
+        raise Unavailable("the manifest's engine version is not a valid specifier") from exc
+    if installed not in wanted:
+        raise Unavailable(f"{capability.engine.name} {installed} does not satisfy {capability.engine.version}")
+    try:
+        return _import(spec)
+    except ImportError as exc:
+        raise Unavailable(f"the {capability.action} extractor cannot be loaded on this worker") from exc

@@ -1,0 +1,1 @@
+"""PDF extractors: the text layer (PyMuPDF)."""

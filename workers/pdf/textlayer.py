@@ -1,0 +1,140 @@
+"""The PDF text layer with PyMuPDF: page sizes, page text and one box per text line.
+
+Lines are put in reading order (:mod:`workers.reading_order`) rather than content-stream order,
+and the page text is those lines joined by newlines, so text and boxes always agree.
+
+Pages are loaded one at a time and released before the next, so memory stays bounded by the
+largest page, not the document (a 2,000-page PDF is never held whole).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from contract.common import Producer, TextBox
+from contract.errors import ErrorCode, InputRejected, LimitExceeded
+from contract.manifest import Limits
+from contract.pdf import PdfOptions, PdfPage, PdfResult
+from workers.pdf.mupdf import pymupdf
+from workers.reading_order import reading_order
+
+__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines"]
+
+EXTRACTOR = "mediafleet.pdf.textlayer"
+EXTRACTOR_VERSION = "1"
+
+ProgressFn = Callable[[int, int | None], None]
+
+# Text only (no image blocks), ligatures and whitespace as written, clipped to the media box.
+_TEXT_FLAGS = pymupdf.TEXT_PRESERVE_LIGATURES | pymupdf.TEXT_PRESERVE_WHITESPACE | pymupdf.TEXT_MEDIABOX_CLIP
+
+
+def open_pdf(path: Path, limits: Limits) -> Any:
+    """Open a PDF for page-by-page reading, refusing what cannot or must not be processed.
+
+    Raises:
+        InputRejected: corrupt (``corrupt_input``), encrypted (``encrypted_input``) or pageless.
+        LimitExceeded: more pages than ``limits.max_pages`` (``too_many_pages``).
+    """
+    try:
+        doc = pymupdf.open(path, filetype="pdf")
+    except Exception as exc:
+        raise InputRejected("the PDF cannot be parsed") from exc
+    if doc.needs_pass or doc.is_encrypted:
+        doc.close()
+        raise InputRejected("the PDF is encrypted", code=ErrorCode.ENCRYPTED_INPUT)
+    if doc.page_count < 1:
+        doc.close()
+        raise InputRejected("the PDF has no pages")
+    if limits.max_pages is not None and doc.page_count > limits.max_pages:
+        count = doc.page_count
+        doc.close()
+        raise LimitExceeded(
+            f"the PDF has {count} pages; the limit is {limits.max_pages}", code=ErrorCode.TOO_MANY_PAGES
+        )
+    return doc
+
+
+def page_lines(page: Any) -> Iterator[TextBox]:
+    """Each non-blank text line of a page with its box in displayed, top-left page points.
+
+    MuPDF reports boxes on the unrotated page; they are turned with the page's rotation matrix
+    and cut to the visible page. A line wholly outside the page is not visible and is skipped.
+    """
+    matrix = page.rotation_matrix
+    visible = page.rect
+    content = page.get_text("dict", flags=_TEXT_FLAGS)
+    for block in content["blocks"]:
+        for line in block.get("lines", ()):
+            text = "".join(span["text"] for span in line["spans"])
+            if not text.strip():
+                continue
+            box = (pymupdf.Rect(line["bbox"]) * matrix) & visible
+            if box.is_empty or box.width <= 0 or box.height <= 0:
+                continue
+            yield TextBox(text=text, x=box.x0, y=box.y0, width=box.width, height=box.height)
+
+
+def _rect(box: TextBox) -> tuple[float, float, float, float]:
+    return box.x, box.y, box.x + box.width, box.y + box.height
+
+
+def _read_page(doc: Any, index: int) -> PdfPage:
+    page = doc.load_page(index)
+    boxes = reading_order(list(page_lines(page)), _rect)
+    rect = page.rect
+    return PdfPage(
+        page=index + 1,
+        width=rect.width,
+        height=rect.height,
+        rotation=page.rotation % 360,
+        text="\n".join(b.text for b in boxes),
+        path="text_layer",
+        boxes=boxes,
+    )
+
+
+def producer(options: PdfOptions) -> Producer:
+    return Producer(
+        engine="pymupdf",
+        engine_version=pymupdf.VersionBind,
+        extractor=EXTRACTOR,
+        extractor_version=EXTRACTOR_VERSION,
+        options=options.model_dump(mode="json"),
+    )
+
+
+def extract_pdf(
+    path: Path, options: PdfOptions, limits: Limits, progress: ProgressFn | None = None
+) -> PdfResult:
+    """Read a PDF's text layer page by page.
+
+    Args:
+        path: a local file holding the (digest-verified) PDF.
+        options: the capability's options.
+        limits: the manifest's limits for the capability.
+        progress: called with (pages done, page count) after each page.
+
+    Returns:
+        One :class:`PdfPage` per page, in order.
+
+    Raises:
+        InputRejected: the PDF is corrupt, encrypted or has no pages.
+        LimitExceeded: over the page limit.
+    """
+    doc = open_pdf(path, limits)
+    try:
+        total = doc.page_count
+        pages: list[PdfPage] = []
+        for index in range(total):
+            try:
+                pages.append(_read_page(doc, index))
+            except (RuntimeError, ValueError) as exc:
+                raise InputRejected(f"page {index + 1} of the PDF cannot be read") from exc
+            if progress is not None:
+                progress(index + 1, total)
+        return PdfResult(page_count=total, pages=pages, producer=producer(options))
+    finally:
+        doc.close()
