@@ -1,0 +1,148 @@
+"""Shared fixtures: the conformance corpus, a real redis-server and real worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """``../shared/corpus``; tests that need it skip cleanly where it is absent."""
+    if not CORPUS.is_dir():
+        pytest.skip("../shared/corpus is absent: conformance media are not available here")
+    return CORPUS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A real ``redis-server`` on a free loopback port, in its own directory."""
+
+    def __init__(self, workdir: Path, *, appendonly: bool = False) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.fail("redis-server is not installed; run the README's test command, which installs it")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir), "--save", "",
+                "--appendonly", "yes" if self.appendonly else "no", "--protected-mode", "yes"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        pytest.fail("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fleet_env(redis_server: RedisServer, tmp_path: Path) -> dict[str, str]:
+    """Environment for a dispatcher and its workers: one broker, one blob store, per test."""
+    db = 1 + (abs(hash(tmp_path.name)) % 14)
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+    return {"MEDIAFLEET_BROKER_URL": url, "MEDIAFLEET_BLOB_ROOT": str(tmp_path / "blobs")}
+
+
+class WorkerProcess:
+    """A real ``mediafleet worker`` subprocess (a Celery prefork worker)."""
+
+    def __init__(self, env: dict[str, str], args: list[str], log: Path) -> None:
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.args = args
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.hostname = f"w{free_port()}@test"
+
+    def start(self, timeout: float = 60.0) -> WorkerProcess:
+        cmd = [sys.executable, "-m", "mediafleet.cli", "worker", f"--hostname={self.hostname}", *self.args]
+        self._fh = open(self.log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, env=self.env, stdout=self._fh, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"worker exited early:\n{self.log.read_text()[-3000:]}")
+            if b" ready." in self.log.read_bytes():
+                return self
+            time.sleep(0.1)
+        pytest.fail(f"worker not ready in {timeout}s:\n{self.log.read_text()[-3000:]}")
+
+    def child_pids(self) -> list[int]:
+        assert self.proc is not None
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(timeout=10)
+        self._fh.close()
+        self.proc = None
+
+
+@pytest.fixture
+def start_worker(fleet_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start real worker processes for this test's fleet; all are stopped afterwards."""
+    workers: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        log = tmp_path / f"worker{len(workers)}.log"
+        worker = WorkerProcess({**fleet_env, **(env or {})}, list(args), log)
+        workers.append(worker)
+        return worker.start()
+
+    yield start
+    for worker in workers:
+        worker.stop()

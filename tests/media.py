@@ -1,0 +1,47 @@
+"""Media the tests make themselves, with known content."""
+
+from __future__ import annotations
+
+import sys
+
+sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
+
+import pymupdf  # noqa: E402
+
+WORDS = (
+    "evidence ledger harbour lantern meadow quartz orbit falcon granite willow copper velvet "
+    "summit river canvas beacon thunder cedar marble signal anchor prism cobalt ember"
+).split()
+
+
+def page_lines(page: int, lines: int = 6) -> list[str]:
+    """Deterministic English lines for page ``page`` (1-based)."""
+    out = []
+    for i in range(lines):
+        words = [WORDS[(page * 7 + i * 5 + k * 3) % len(WORDS)] for k in range(8)]
+        out.append(f"Page {page} line {i + 1}: " + " ".join(words))
+    return out
+
+
+def text_pdf(pages: int, lines: int = 6, *, rotation: int = 0, size: tuple[float, float] = (595, 842)) -> bytes:
+    """A born-digital PDF whose page ``n`` holds ``page_lines(n)`` in 11 pt Helvetica."""
+    doc = pymupdf.open()
+    for n in range(1, pages + 1):
+        page = doc.new_page(width=size[0], height=size[1])
+        y = 72.0
+        for line in page_lines(n, lines):
+            page.insert_text((72, y), line, fontsize=11, fontname="helv")
+            y += 18
+        if rotation:
+            page.set_rotation(rotation)
+    data = doc.tobytes(garbage=3, deflate=True)
+    doc.close()
+    return data
+
+
+def encrypted_pdf() -> bytes:
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "secret", fontsize=11)
+    data = doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="owner", user_pw="user")
+    doc.close()
+    return data

@@ -1,0 +1,39 @@
+"""The fleet end to end: a real redis-server, real worker processes, the real dispatcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mediafleet import Dispatcher, Settings
+from tests.helpers import assert_engine_valid, without_run
+from tests.media import text_pdf
+
+pytestmark = pytest.mark.integration
+
+
+def test_pdf_through_the_fleet_equals_the_in_process_bundle(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1")
+    pdf = text_pdf(3)
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    local = Dispatcher(Settings(blob_root=tmp_path / "local-blobs"))
+
+    remote_bundle = fleet.submit(pdf).bundle(timeout=120)
+    local_bundle = local.submit(pdf).bundle()
+
+    assert remote_bundle.status == "ok", remote_bundle.error
+    assert without_run(remote_bundle) == without_run(local_bundle)
+    assert assert_engine_valid(remote_bundle) == 3 * (1 + 1 + 6)
+
+
+def test_resubmitting_returns_the_same_job_without_rework(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1")
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    pdf = text_pdf(2)
+    first = fleet.submit(pdf)
+    first_bundle = first.bundle(timeout=120)
+    second = fleet.submit(pdf)
+    assert second.id == first.id
+    # Same outcome object from the backend: same activity (same start time), not a second run.
+    assert second.bundle(timeout=30).model_dump() == first_bundle.model_dump()
