@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The README's second command: install what the tests need, then run the whole suite.
+#   Debian: redis-server (the tests start their own on a free loopback port), ffmpeg.
+#   Python: this package with every extra, into ./.venv.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+if ((${#missing[@]})); then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[all,test]'
+# rapidocr and scenedetect pull in opencv-python, which needs the system's libGL; both wheels share
+# one cv2/ folder, so where cv2 does not import, the headless build is reinstalled over it.
+if ! .venv/bin/python -c 'import cv2' 2>/dev/null; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall \
+    "opencv-python-headless==$(.venv/bin/python -c 'from importlib.metadata import version; print(version("opencv-python-headless"))')"
+fi
+
+exec .venv/bin/python -m pytest "$@"
