@@ -201,15 +201,21 @@ def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     # Engines read these at import; cap them to this process's share before anything loads them.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_THREAD_LIMIT"):
         os.environ.setdefault(var, str(settings.threads))
+    from contract.errors import Unavailable
     from workers.app import create_app
+    from workers.extractor import check_devices
 
-    app = create_app(settings, manifest)
-    queues = args.queues or ",".join(
-        cap.queue(settings.device) for cap in manifest.capabilities.values() if settings.device in cap.devices
-    )
-    if not queues:
+    served = [cap for cap in manifest.capabilities.values() if settings.device in cap.devices]
+    if not served:
         print(f"mediafleet worker: no capability may run on {settings.device.value}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        check_devices([cap.action for cap in served], settings.device)
+    except Unavailable as exc:
+        print(f"mediafleet worker: cannot serve {settings.device.value}: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    app = create_app(settings, manifest)
+    queues = args.queues or ",".join(cap.queue(settings.device) for cap in served)
     argv = ["worker", f"--queues={queues}", f"--concurrency={args.concurrency}", f"--pool={args.pool}",
             f"--loglevel={args.loglevel}", "--events"]
     if args.hostname:

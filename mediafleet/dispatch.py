@@ -22,10 +22,11 @@ from contract.bundle import BundleArtifact, EvidenceBundle
 from contract.common import sha256_digest
 from contract.errors import CapabilityRefused, ErrorCode, InputRejected, MediafleetError, PublicError, TimedOut
 from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
-from contract.manifest import Capability, Manifest
+from contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.blobstore import BlobStore, LocalBlobStore
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
+from workers.engines import EngineConfig, configure
 from workers.extractor import ProgressFn
 from workers.runner import run_request
 
@@ -144,6 +145,8 @@ class Dispatcher:
         self.store = store or LocalBlobStore(settings.blob_root)
         self._clock = clock
         self._app: Any = None
+        if self.in_process:
+            configure(EngineConfig(device=DeviceClass.CPU, threads=settings.threads))
 
     @property
     def in_process(self) -> bool:

@@ -12,11 +12,13 @@ import time
 from typing import Any
 
 from celery import Celery, Task
+from celery.signals import worker_process_init
 
 from contract.jobs import ExtractRequest
 from contract.manifest import Manifest
 from mediafleet.blobstore import LocalBlobStore
 from mediafleet.settings import Settings
+from workers.engines import EngineConfig, configure
 from workers.runner import run_request
 
 __all__ = ["EXTRACT_TASK", "create_app", "visibility_timeout_s"]
@@ -55,6 +57,12 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         worker_hijack_root_logger=False,
         task_default_queue="mf.default",
     )
+
+    engine_config = EngineConfig(device=settings.device, threads=settings.threads)
+
+    @worker_process_init.connect(weak=False)
+    def _configure_engines(**_: Any) -> None:
+        configure(engine_config)
 
     @app.task(name=EXTRACT_TASK, bind=True)
     def extract(self: Task, request: dict[str, Any]) -> dict[str, Any]:

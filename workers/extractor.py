@@ -18,9 +18,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel
 
 from contract.errors import ErrorCode, Unavailable
-from contract.manifest import Capability, Limits
+from contract.manifest import Capability, DeviceClass, Limits
 
-__all__ = ["EXTRACTORS", "Extractor", "ProgressFn", "load_extractor"]
+__all__ = ["DEVICE_CHECKS", "EXTRACTORS", "Extractor", "ProgressFn", "check_devices", "load_extractor"]
 
 ProgressFn = Callable[[int, "int | None"], None]
 
@@ -35,6 +35,24 @@ class Extractor(Protocol):
 EXTRACTORS: dict[str, str] = {
     "ocr_pdf": "workers.pdf.textlayer:extract_pdf",
 }
+
+
+# action -> "module:function(device: DeviceClass) -> None": run once when a worker starts, before
+# any fork; raises Unavailable with a clear message when the device class cannot really be served
+# (e.g. a GPU worker with no visible GPU). Must not create models or initialise CUDA contexts.
+DEVICE_CHECKS: dict[str, str] = {}
+
+
+def check_devices(manifest_actions: list[str], device: DeviceClass) -> None:
+    """Run the start-up device check of every action a worker serves.
+
+    Raises:
+        Unavailable: a check found the device class unusable here.
+    """
+    for action in manifest_actions:
+        spec = DEVICE_CHECKS.get(action)
+        if spec is not None:
+            _import(spec)(device)  # type: ignore[call-arg,arg-type]
 
 
 @cache
