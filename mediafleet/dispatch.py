@@ -200,13 +200,19 @@ class Dispatcher:
             action=capability.action,
             artifact=ArtifactRef(digest=digest, media_type=sniffed, bytes=size, modality=capability.modality),  # type: ignore[arg-type]
             options=options,
-            device=capability.devices[0],
+            device=self._device_for(capability),
         )
         if self.in_process:
             outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
                                   progress=progress, clock=self._clock)
             return _DoneJob(build_bundle(outcome, capability))
         return self._enqueue(request, capability, priority)
+
+    def _device_for(self, capability: Capability) -> DeviceClass:
+        """This process's device class when the capability allows it, else its preferred one."""
+        if self.settings.device in capability.devices:
+            return self.settings.device
+        return capability.devices[0]
 
     def _check(self, sniffed: str | None, size: int, action: str | None, claimed: str | None,
                options: Mapping[str, Any]) -> Capability:
