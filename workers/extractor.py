@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from contract.errors import ErrorCode, Unavailable
 from contract.manifest import Capability, DeviceClass, Limits
+from workers.sink import BlobSink
 
 __all__ = ["DEVICE_CHECKS", "EXTRACTORS", "Extractor", "ProgressFn", "check_devices", "load_extractor"]
 
@@ -26,8 +27,19 @@ ProgressFn = Callable[[int, "int | None"], None]
 
 
 class Extractor(Protocol):
+    """``extract(path, options, limits, progress=None, sink=None) -> result``.
+
+    ``path`` is a local, digest-verified file; ``progress(done, total)`` reports advance;
+    ``sink`` (a :class:`workers.sink.BlobSink`) stores derived bytes and returns their digests.
+    """
+
     def __call__(
-        self, path: Path, options: BaseModel, limits: Limits, progress: ProgressFn | None = None
+        self,
+        path: Path,
+        options: BaseModel,
+        limits: Limits,
+        progress: ProgressFn | None = None,
+        sink: BlobSink | None = None,
     ) -> BaseModel: ...
 
 

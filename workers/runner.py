@@ -22,6 +22,7 @@ from contract.manifest import DeviceClass, Manifest
 from contract.results import OPTIONS_BY_MODALITY
 from mediafleet.blobstore import BlobStore
 from workers.extractor import ProgressFn, load_extractor
+from workers.sink import StoreSink
 
 __all__ = ["run_request"]
 
@@ -59,7 +60,7 @@ def run_request(
         extractor = load_extractor(capability)
         with store.verified_path(request.artifact.digest) as path:
             checks["digest_recomputed"] = True
-            result = extractor(path, options, capability.limits, progress)
+            result = extractor(path, options, capability.limits, progress, StoreSink(store))
         drafts = to_loci(result, request.artifact.digest)
         capability.check_produces({d.address.kind for d in drafts})
         checks["locus_kinds_declared"] = True

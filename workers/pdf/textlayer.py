@@ -19,6 +19,7 @@ from contract.manifest import Limits
 from contract.pdf import PdfOptions, PdfPage, PdfResult
 from workers.pdf.mupdf import pymupdf
 from workers.reading_order import reading_order
+from workers.sink import BlobSink
 
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines"]
 
@@ -107,7 +108,11 @@ def producer(options: PdfOptions) -> Producer:
 
 
 def extract_pdf(
-    path: Path, options: PdfOptions, limits: Limits, progress: ProgressFn | None = None
+    path: Path,
+    options: PdfOptions,
+    limits: Limits,
+    progress: ProgressFn | None = None,
+    sink: BlobSink | None = None,
 ) -> PdfResult:
     """Read a PDF's text layer page by page.
 
@@ -116,6 +121,7 @@ def extract_pdf(
         options: the capability's options.
         limits: the manifest's limits for the capability.
         progress: called with (pages done, page count) after each page.
+        sink: unused by the text layer (it derives no bytes).
 
     Returns:
         One :class:`PdfPage` per page, in order.
