@@ -1,7 +1,31 @@
-"""mediafleet: the media sidecar fleet. ``delegate_extract`` is the entry point ingestion jobs call."""
+"""mediafleet: the media sidecar fleet. ``delegate_extract`` is the entry point ingestion jobs call.
 
-from mediafleet.blobstore import BlobStore, LocalBlobStore
-from mediafleet.dispatch import Dispatcher, Job, delegate_extract
-from mediafleet.settings import Settings
+Names are imported on first use, so a worker importing ``mediafleet.blobstore`` does not pull in
+the dispatcher (and the dispatcher can import the workers' runner without a cycle).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __all__ = ["BlobStore", "Dispatcher", "Job", "LocalBlobStore", "Settings", "delegate_extract"]
+
+_WHERE = {
+    "BlobStore": "mediafleet.blobstore",
+    "LocalBlobStore": "mediafleet.blobstore",
+    "Dispatcher": "mediafleet.dispatch",
+    "Job": "mediafleet.dispatch",
+    "delegate_extract": "mediafleet.dispatch",
+    "Settings": "mediafleet.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'mediafleet' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

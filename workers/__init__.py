@@ -1,6 +1,5 @@
-"""Workers: pure extractors, the shared request runner and the Celery task shell around it."""
-
-from workers.extractor import EXTRACTORS, Extractor, load_extractor
-from workers.runner import run_request
-
-__all__ = ["EXTRACTORS", "Extractor", "load_extractor", "run_request"]
+"""Workers: pure extractors (one folder per modality), the shared request runner
+(:mod:`workers.runner`), the extractor table (:mod:`workers.extractor`) and the Celery app with its
+thin task shell (:mod:`workers.app`). Import the module you need; this package imports nothing, so
+a PDF-only worker never loads another modality's engine.
+"""

@@ -1,0 +1,124 @@
+"""The PDF text-layer extractor on real PDFs: corpus texts, generated PDFs, invariants."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from contract import ErrorCode, InputRejected, LimitExceeded, Limits, PdfOptions
+from tests.media import encrypted_pdf, page_lines, text_pdf
+from workers.pdf.textlayer import extract_pdf
+
+LIMITS = Limits(max_bytes=10**9, max_pages=5000)
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _write(tmp_path: Path, data: bytes, name: str = "a.pdf") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["crazyones", "scotus-transcript-p1"])
+def test_corpus_text_layer_equals_upstream_text_modulo_whitespace(corpus: Path, name: str) -> None:
+    result = extract_pdf(corpus / "pdf" / f"{name}.pdf", PdfOptions(), LIMITS)
+    expected = (corpus / "pdf" / f"{name}.txt").read_text(encoding="utf-8")
+    assert _squash("".join(p.text for p in result.pages)) == _squash(expected)
+
+
+@pytest.mark.corpus
+def test_crazyones_first_line_box(corpus: Path) -> None:
+    page = extract_pdf(corpus / "pdf" / "crazyones.pdf", PdfOptions(), LIMITS).pages[0]
+    assert (page.width, page.height) == (612.0, 792.0)
+    first = page.boxes[0]
+    assert first.text == "The Crazy Ones"
+    assert first.x == pytest.approx(72.0, abs=0.5) and 60 < first.y < 80
+
+
+def test_generated_pdf_gives_every_line_in_order_with_boxes_inside(tmp_path: Path) -> None:
+    progress: list[tuple[int, int | None]] = []
+    result = extract_pdf(_write(tmp_path, text_pdf(3)), PdfOptions(), LIMITS, lambda d, t: progress.append((d, t)))
+    assert result.page_count == 3 and [p.page for p in result.pages] == [1, 2, 3]
+    assert progress == [(1, 3), (2, 3), (3, 3)]
+    for page in result.pages:
+        assert [b.text for b in page.boxes] == page_lines(page.page)
+        assert page.text == "\n".join(page_lines(page.page))
+        assert page.path == "text_layer"
+        ys = [b.y for b in page.boxes]
+        assert ys == sorted(ys)
+        for b in page.boxes:
+            assert b.width > 0 and b.height > 0
+            assert 0 <= b.x and b.x + b.width <= page.width
+            assert 0 <= b.y and b.y + b.height <= page.height
+
+
+@pytest.mark.parametrize("rotation", [90, 180, 270])
+def test_rotated_pages_give_boxes_in_the_displayed_page(tmp_path: Path, rotation: int) -> None:
+    result = extract_pdf(_write(tmp_path, text_pdf(1, rotation=rotation)), PdfOptions(), LIMITS)
+    page = result.pages[0]
+    assert page.rotation == rotation
+    if rotation in (90, 270):
+        assert (page.width, page.height) == (842, 595)
+    assert [b.text for b in page.boxes] == page_lines(1) or sorted(b.text for b in page.boxes) == sorted(page_lines(1))
+    for b in page.boxes:
+        assert 0 <= b.x and b.x + b.width <= page.width + 1e-6
+        assert 0 <= b.y and b.y + b.height <= page.height + 1e-6
+        # lines on a quarter-turned page are taller than wide
+        if rotation in (90, 270):
+            assert b.height > b.width
+
+
+def test_two_column_page_is_read_column_by_column(tmp_path: Path) -> None:
+    import pymupdf
+
+    doc = pymupdf.open()
+    page = doc.new_page(width=612, height=792)
+    page.insert_text((72, 60), "A title across both columns of the page", fontsize=14)
+    for i in range(5):
+        page.insert_text((72, 120 + i * 16), f"left column line {i} with some words", fontsize=11)
+        page.insert_text((340, 124 + i * 16), f"right column line {i} with words", fontsize=11)
+    data = doc.tobytes()
+    texts = [b.text for b in extract_pdf(_write(tmp_path, data), PdfOptions(), LIMITS).pages[0].boxes]
+    assert texts == (
+        ["A title across both columns of the page"]
+        + [f"left column line {i} with some words" for i in range(5)]
+        + [f"right column line {i} with words" for i in range(5)]
+    )
+
+
+def test_page_limit_is_checked_before_reading_pages(tmp_path: Path) -> None:
+    with pytest.raises(LimitExceeded) as err:
+        extract_pdf(_write(tmp_path, text_pdf(4)), PdfOptions(), Limits(max_bytes=10**9, max_pages=3))
+    assert err.value.code == ErrorCode.TOO_MANY_PAGES
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (lambda: encrypted_pdf(), ErrorCode.ENCRYPTED_INPUT),
+        (lambda: text_pdf(2)[:300], ErrorCode.CORRUPT_INPUT),
+        (lambda: b"%PDF-1.7\n" + b"\x00garbage" * 50, ErrorCode.CORRUPT_INPUT),
+    ],
+    ids=["encrypted", "truncated", "garbage"],
+)
+def test_bad_pdfs_raise_public_errors(tmp_path: Path, data, code: ErrorCode) -> None:
+    path = _write(tmp_path, data())
+    with pytest.raises(InputRejected) as err:
+        extract_pdf(path, PdfOptions(), LIMITS)
+    assert err.value.code == code
+    assert str(tmp_path) not in err.value.message and "a.pdf" not in err.value.message
+
+
+def test_large_pdf_is_read_page_by_page(tmp_path: Path) -> None:
+    """2,000 pages: every page comes back, and progress is reported once per page."""
+    seen = []
+    result = extract_pdf(_write(tmp_path, text_pdf(2000, lines=2)), PdfOptions(), LIMITS, lambda d, t: seen.append(d))
+    assert result.page_count == 2000 and len(result.pages) == 2000
+    assert seen == list(range(1, 2001))
+    assert result.pages[-1].boxes[0].text == page_lines(2000, 2)[0]
