@@ -21,7 +21,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 def _samples() -> list[Path]:
     folder = resources.files("mediafleet").joinpath("samples")
-    return sorted(Path(str(p)) for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".md"))
 
 
 def _option(text: str) -> tuple[str, Any]:

@@ -37,3 +37,34 @@ def test_resubmitting_returns_the_same_job_without_rework(fleet_env, start_worke
     assert second.id == first.id
     # Same outcome object from the backend: same activity (same start time), not a second run.
     assert second.bundle(timeout=30).model_dump() == first_bundle.model_dump()
+
+
+def test_bad_input_fails_cleanly_and_the_worker_keeps_serving(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1")
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    broken = fleet.submit(text_pdf(2)[:400]).bundle(timeout=120)
+    assert broken.status == "failed" and broken.error.code == "corrupt_input"
+    assert str(tmp_path) not in broken.model_dump_json()
+    after = fleet.submit(text_pdf(1)).bundle(timeout=120)
+    assert after.status == "ok"
+
+
+def test_cli_submits_to_the_fleet_with_broker(fleet_env, start_worker, tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    start_worker("--concurrency=1")
+    pdf = tmp_path / "doc.pdf"
+    pdf.write_bytes(text_pdf(2))
+    env = {**os.environ, "MEDIAFLEET_BLOB_ROOT": fleet_env["MEDIAFLEET_BLOB_ROOT"]}
+    env.pop("MEDIAFLEET_BROKER_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mediafleet.cli", "extract", str(pdf), "--json", "--timeout", "120",
+         "--broker", fleet_env["MEDIAFLEET_BROKER_URL"]],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert json.loads(line)["status"] == "ok"
