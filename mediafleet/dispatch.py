@@ -34,6 +34,7 @@ __all__ = ["Dispatcher", "Job", "delegate_extract"]
 
 Artifact = bytes | str | Path | BinaryIO
 _HEAD = 4096
+_PROGRESS_SLICE_S = 0.5
 
 
 def _now() -> datetime:
@@ -106,13 +107,21 @@ class _FleetJob(Job):
     def bundle(
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
+        from celery.exceptions import TimeoutError as CeleryTimeout
+
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._result.ready():
-            if deadline is not None and time.monotonic() > deadline:
+        while True:
+            # The Redis backend wakes get() through pub/sub the moment the result lands; the
+            # short slices are only there to report progress in between.
+            left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
+            if left <= 0:
                 raise TimedOut("the job did not finish within the wait timeout")
-            if on_progress is not None and (p := self.progress()) is not None:
-                on_progress(p)
-            time.sleep(0.05)
+            try:
+                self._result.get(timeout=left, propagate=False, disable_sync_subtasks=False)
+                break
+            except CeleryTimeout:
+                if on_progress is not None and (p := self.progress()) is not None:
+                    on_progress(p)
         if self._result.state == "SUCCESS":
             return build_bundle(Outcome.model_validate(self._result.result), self._capability)
         code = ErrorCode.CANCELLED if self._result.state == "REVOKED" else ErrorCode.WORKER_LOST
@@ -146,7 +155,8 @@ class Dispatcher:
         self._clock = clock
         self._app: Any = None
         if self.in_process:
-            configure(EngineConfig(device=DeviceClass.CPU, threads=settings.threads))
+            configure(EngineConfig(device=DeviceClass.CPU, threads=settings.threads,
+                                   whisper_model_dir=settings.whisper_model_dir))
 
     @property
     def in_process(self) -> bool:

@@ -64,18 +64,23 @@ def page_lines(page: Any) -> Iterator[TextBox]:
     MuPDF reports boxes on the unrotated page; they are turned with the page's rotation matrix
     and cut to the visible page. A line wholly outside the page is not visible and is skipped.
     """
-    matrix = page.rotation_matrix
-    visible = page.rect
+    a, b, c, d, e, f = page.rotation_matrix
+    width, height = page.rect.width, page.rect.height
     content = page.get_text("dict", flags=_TEXT_FLAGS)
     for block in content["blocks"]:
         for line in block.get("lines", ()):
             text = "".join(span["text"] for span in line["spans"])
             if not text.strip():
                 continue
-            box = (pymupdf.Rect(line["bbox"]) * matrix) & visible
-            if box.is_empty or box.width <= 0 or box.height <= 0:
+            x0, y0, x1, y1 = line["bbox"]
+            # Rotations are quarter turns, so the turned box's corners are two opposite corners.
+            px, py = a * x0 + c * y0 + e, b * x0 + d * y0 + f
+            qx, qy = a * x1 + c * y1 + e, b * x1 + d * y1 + f
+            left, right = max(min(px, qx), 0.0), min(max(px, qx), width)
+            top, bottom = max(min(py, qy), 0.0), min(max(py, qy), height)
+            if right <= left or bottom <= top:
                 continue
-            yield TextBox(text=text, x=box.x0, y=box.y0, width=box.width, height=box.height)
+            yield TextBox(text=text, x=left, y=top, width=right - left, height=bottom - top)
 
 
 def _rect(box: TextBox) -> tuple[float, float, float, float]:

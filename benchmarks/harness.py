@@ -1,0 +1,96 @@
+"""Shared benchmark plumbing: medians of repeated runs, a real redis-server and worker, results files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def median_seconds(fn: Callable[[], Any], repeat: int = 3) -> float:
+    """Median wall time of ``repeat`` calls (timings here vary by up to +-50%: compare within a run)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def fleet(workers: int = 1, concurrency: int = 1) -> Iterator[dict[str, str]]:
+    """A redis-server and ``workers`` real worker processes; yields the environment that finds them."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        sys.exit("redis-server is not installed (bash tests/run.sh installs it)")
+    tmp = Path(tempfile.mkdtemp(prefix="mf-bench-"))
+    port = _free_port()
+    redis = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                              "--dir", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"MEDIAFLEET_BROKER_URL": f"redis://127.0.0.1:{port}/0", "MEDIAFLEET_BLOB_ROOT": str(tmp / "blobs")}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        time.sleep(0.3)
+        for i in range(workers):
+            log = open(tmp / f"worker{i}.log", "wb")  # noqa: SIM115
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "mediafleet.cli", "worker", f"--concurrency={concurrency}",
+                 f"--hostname=bench{i}@%h", "--loglevel=WARNING"],
+                env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        _wait_ready(env, workers)
+        yield env
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+        redis.terminate()
+        redis.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _wait_ready(env: dict[str, str], workers: int, timeout: float = 60.0) -> None:
+    from celery import Celery
+
+    app = Celery(broker=env["MEDIAFLEET_BROKER_URL"], set_as_current=False)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(app.control.ping(timeout=0.5) or []) >= workers:
+            return
+    sys.exit("workers did not start")
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def write_results(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **data}, indent=2) + "\n")
+    return path
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
