@@ -8,14 +8,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from adapters.audio import audio_loci
 from adapters.drafts import Bounds, LocusDraft
+from adapters.image import image_loci
 from adapters.pdf import pdf_loci
+from adapters.video import video_loci
 
 __all__ = ["Bounds", "LocusDraft", "to_loci"]
 
 # result kind -> mapping; each modality adds its own line here
 _BY_KIND: dict[str, Callable[[Any, str], list[LocusDraft]]] = {
     "pdf": pdf_loci,
+    "audio": audio_loci,
+    "video": video_loci,
+    "image": image_loci,
 }
 
 

@@ -22,6 +22,8 @@ def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
     for page in result.pages:
         page_bounds = Bounds(width=page.width, height=page.height)
         on_page = {"page": page.page, "coordinate_space": PDF_SPACE, "path": page.path}
+        if page.ocr_reason is not None:
+            on_page["ocr_reason"] = page.ocr_reason
         drafts.append(
             LocusDraft(
                 address=PageRegion(page=page.page, x=0.0, y=0.0, width=page.width, height=page.height),
@@ -35,6 +37,7 @@ def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
                     address=CharacterRange(start=offset, end=offset + len(page.text)),
                     bounds=Bounds(text_length=total_text),
                     text=page.text,
+                    confidence=page.confidence,
                     properties={"page": page.page, "path": page.path, "text_unit": "unicode_code_points"},
                 )
             )

@@ -14,9 +14,11 @@ from contract.addresses import (
     caller_name,
     parse_address,
 )
+from contract.audio import AudioOptions, AudioResult, AudioSegment, AudioSource, AudioWord
 from contract.bundle import BUNDLE_FORMAT, BundleArtifact, Edge, EvidenceBundle, Node
 from contract.common import Digest, ModelRef, Producer, TextBox, sha256_digest
 from contract.errors import (
+    Cancelled,
     CapabilityRefused,
     ErrorCode,
     InputRejected,
@@ -30,6 +32,7 @@ from contract.errors import (
     Unavailable,
     to_public,
 )
+from contract.image import ImageOptions, ImagePage, ImageResult
 from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
 from contract.locus import EvidenceLocus, LocusSubject, is_opaque_ref, opaque_ref
 from contract.manifest import (
@@ -46,14 +49,21 @@ from contract.manifest import (
 )
 from contract.pdf import PdfOptions, PdfPage, PdfResult
 from contract.results import OPTIONS_BY_MODALITY, ExtractionResult, parse_result
+from contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot
 
 __all__ = [
     "BUNDLE_FORMAT",
     "OPTIONS_BY_MODALITY",
     "AddressKind",
     "ArtifactRef",
+    "AudioOptions",
     "AudioRange",
+    "AudioResult",
+    "AudioSegment",
+    "AudioSource",
+    "AudioWord",
     "BundleArtifact",
+    "Cancelled",
     "Capability",
     "CapabilityRefused",
     "CharacterRange",
@@ -68,7 +78,10 @@ __all__ = [
     "ExtractRequest",
     "ExtractionResult",
     "FrameRange",
+    "ImageOptions",
+    "ImagePage",
     "ImageRegion",
+    "ImageResult",
     "InputRejected",
     "IntegrityError",
     "InternalError",
@@ -92,10 +105,16 @@ __all__ = [
     "Producer",
     "Progress",
     "PublicError",
+    "Rational",
     "TextBox",
     "TimeLimits",
     "TimedOut",
     "Unavailable",
+    "VideoKeyframe",
+    "VideoMedia",
+    "VideoOptions",
+    "VideoResult",
+    "VideoShot",
     "VideoTimeRange",
     "address_kind",
     "caller_name",

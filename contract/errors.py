@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "Cancelled",
     "CapabilityRefused",
     "ErrorCode",
     "InputRejected",
@@ -123,6 +124,12 @@ class IntegrityError(MediafleetError):
 class TimedOut(MediafleetError):
     code = ErrorCode.TIMEOUT
     retryable = False
+
+
+class Cancelled(MediafleetError):
+    """The caller cancelled the job; the worker stopped at its next progress point."""
+
+    code = ErrorCode.CANCELLED
 
 
 class Unavailable(MediafleetError):

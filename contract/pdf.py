@@ -1,7 +1,9 @@
 """PDF options and results (``ocr_pdf``).
 
 Boxes are in PDF points with the origin at the top-left of the page as displayed (PyMuPDF's
-``page.rect``, rotation applied), y growing downwards; every box lies inside its page.
+``page.rect``, rotation applied), y growing downwards; every box lies inside its page. That holds
+for OCR'd pages too: their lines are found on the page rendered at ``dpi`` and mapped back to
+points.
 """
 
 from __future__ import annotations
@@ -10,13 +12,25 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from contract.common import F64, Producer, Strict, TextBox
+from contract.common import F64, Confidence, Producer, Strict, TextBox
 
 __all__ = ["PdfOptions", "PdfPage", "PdfResult"]
 
 
 class PdfOptions(Strict):
-    """Options of ``ocr_pdf``. None yet: the text layer is read as it is."""
+    """Options of ``ocr_pdf``: when to OCR a page, and how finely to render it for OCR."""
+
+    ocr: Literal["auto", "never", "always"] = Field(
+        "auto",
+        description="auto: OCR only pages whose text layer is unusable (no text, unmapped glyphs, or an "
+        "image-dominated page with next to no text); never: text layer only; always: OCR every page",
+    )
+    dpi: Annotated[int, Field(strict=True, ge=72, le=600)] = Field(
+        200, description="dots per inch at which a page is rendered for OCR"
+    )
+    rotated_lines: bool = Field(
+        False, description="also read lines that are upside down (runs the line-orientation classifier)"
+    )
 
 
 class PdfPage(Strict):
@@ -26,6 +40,12 @@ class PdfPage(Strict):
     rotation: Literal[0, 90, 180, 270] = 0
     text: str = Field(description="the page's text, lines joined by newlines")
     path: Literal["text_layer", "ocr"] = Field(description="how the text was obtained")
+    ocr_reason: Literal["no_text", "unmapped_glyphs", "image_only", "requested"] | None = Field(
+        None, description="why the page was OCR'd (null on the text-layer path)"
+    )
+    confidence: Confidence | None = Field(
+        None, description="OCR pages: mean recognition confidence of the page's lines (null: text layer, or no lines)"
+    )
     boxes: list[TextBox] = Field(default_factory=list, description="one per text line, reading order")
 
 

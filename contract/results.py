@@ -6,15 +6,21 @@ from typing import Annotated, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from contract.audio import AudioOptions, AudioResult
+from contract.image import ImageOptions, ImageResult
 from contract.pdf import PdfOptions, PdfResult
+from contract.video import VideoOptions, VideoResult
 
 __all__ = ["OPTIONS_BY_MODALITY", "ExtractionResult", "parse_result"]
 
 # One entry per modality; a modality's module adds its result here and nowhere else.
-_RESULTS: tuple[type[BaseModel], ...] = (PdfResult,)
+_RESULTS: tuple[type[BaseModel], ...] = (PdfResult, AudioResult, VideoResult, ImageResult)
 
 OPTIONS_BY_MODALITY: dict[str, type[BaseModel]] = {
     "pdf": PdfOptions,
+    "audio": AudioOptions,
+    "video": VideoOptions,
+    "image": ImageOptions,
 }
 
 if len(_RESULTS) == 1:

@@ -3,24 +3,33 @@
 Keys are ``sha256:<hex>`` digests and nothing else, so no reference can name a path outside the
 store's root. Writers stream into a temporary file inside the root and rename it into place
 (atomic on one filesystem); readers recompute the digest of what they read and refuse a mismatch.
+:func:`open_store` picks this local store or :class:`mediafleet.s3store.S3BlobStore` from the
+settings. Storing or reading a blob refreshes its last-use stamp (here: the file's mtime), which
+:mod:`mediafleet.retention` uses to delete blobs nobody has used for the retention window.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Protocol
 
 from contract.common import sha256_digest
 from contract.errors import ErrorCode, IntegrityError
 
-__all__ = ["BlobStore", "LocalBlobStore", "hash_file"]
+if TYPE_CHECKING:
+    from mediafleet.settings import Settings
+
+__all__ = ["BlobInfo", "BlobStore", "LocalBlobStore", "hash_file", "open_store"]
 
 _CHUNK = 1 << 20
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def hash_file(path: Path) -> str:
@@ -32,11 +41,51 @@ def hash_file(path: Path) -> str:
     return sha256_digest(h.hexdigest())
 
 
+class BlobInfo(NamedTuple):
+    """One stored blob, as retention sees it."""
+
+    digest: str
+    size: int
+    last_used: datetime
+
+
 class BlobStore(Protocol):
-    def put_bytes(self, data: bytes) -> str: ...
-    def put_stream(self, stream: BinaryIO, head_bytes: int = 4096) -> tuple[str, int, bytes]: ...
+    """What the dispatcher, the runner, the blob sink and retention need from a store."""
+
+    def put_bytes(self, data: bytes) -> str:
+        """Store ``data`` (or refresh the stamp of an identical blob); return ``sha256:<hex>``."""
+        ...
+
+    def put_stream(self, stream: BinaryIO, head_bytes: int = 4096) -> tuple[str, int, bytes]:
+        """Store a stream; return its digest, its size and its first ``head_bytes`` bytes."""
+        ...
+
     def exists(self, digest: str) -> bool: ...
-    def verified_path(self, digest: str) -> AbstractContextManager[Path]: ...
+
+    def verified_path(self, digest: str) -> AbstractContextManager[Path]:
+        """A local path to the blob's bytes, re-hashed; ``IntegrityError`` when missing or altered."""
+        ...
+
+    def blobs(self) -> Iterator[BlobInfo]:
+        """Every blob in the store, with its size and last-use stamp."""
+        ...
+
+    def delete_idle(self, digest: str, cutoff: datetime) -> bool:
+        """Delete the blob if it has not been used since ``cutoff``; True when deleted."""
+        ...
+
+    def delete_stale_temp(self, cutoff: datetime) -> int:
+        """Remove temporary files abandoned before ``cutoff``; return how many."""
+        ...
+
+
+def open_store(settings: Settings) -> BlobStore:
+    """The store the settings name: S3 when ``blob_url`` is set, else the local ``blob_root``."""
+    if settings.blob_url is not None:
+        from mediafleet.s3store import S3BlobStore
+
+        return S3BlobStore.from_settings(settings)
+    return LocalBlobStore(settings.blob_root)
 
 
 class LocalBlobStore:
@@ -46,8 +95,8 @@ class LocalBlobStore:
         self.root = Path(root)
 
     def _path(self, digest: str) -> Path:
-        hex_digest = sha256_digest(digest.removeprefix("sha256:")).removeprefix("sha256:")
-        if digest != f"sha256:{hex_digest}":
+        hex_digest = digest.removeprefix("sha256:")
+        if digest != f"sha256:{hex_digest}" or not _HEX.fullmatch(hex_digest):
             raise IntegrityError("malformed blob reference", code=ErrorCode.BLOB_NOT_FOUND)
         return self.root / "sha256" / hex_digest[:2] / hex_digest[2:4] / hex_digest
 
@@ -56,9 +105,18 @@ class LocalBlobStore:
 
     def put_bytes(self, data: bytes) -> str:
         digest = sha256_digest(hashlib.sha256(data).hexdigest())
-        if not self.exists(digest):
+        if not self._touch(self._path(digest)):
             self._commit(digest, lambda fh: fh.write(data))
         return digest
+
+    @staticmethod
+    def _touch(path: Path) -> bool:
+        """Refresh the last-use stamp; False when the file is not there."""
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            return False
+        return True
 
     def put_stream(self, stream: BinaryIO, head_bytes: int = 4096) -> tuple[str, int, bytes]:
         """Store a stream; returns its digest, its size and its first ``head_bytes`` bytes."""
@@ -110,4 +168,44 @@ class LocalBlobStore:
             raise IntegrityError("the artifact is not in the blob store", code=ErrorCode.BLOB_NOT_FOUND)
         if hash_file(path) != digest:
             raise IntegrityError("the stored artifact does not match its digest")
+        self._touch(path)
         yield path
+
+    def blobs(self) -> Iterator[BlobInfo]:
+        """Every blob file in its place, with its size and mtime; anything else is not a blob."""
+        top = self.root / "sha256"
+        if not top.is_dir():
+            return
+        for shard in sorted(top.glob("[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]")):
+            for entry in shard.iterdir():
+                if not _HEX.fullmatch(entry.name) or entry != self._path(f"sha256:{entry.name}"):
+                    continue
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:
+                    continue
+                yield BlobInfo(f"sha256:{entry.name}", st.st_size, datetime.fromtimestamp(st.st_mtime, UTC))
+
+    def delete_idle(self, digest: str, cutoff: datetime) -> bool:
+        """Delete the blob if its mtime is still before ``cutoff`` (checked just before)."""
+        path = self._path(digest)
+        try:
+            if datetime.fromtimestamp(path.stat().st_mtime, UTC) >= cutoff:
+                return False
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def delete_stale_temp(self, cutoff: datetime) -> int:
+        """Remove partial writes (``tmp/*``, ``tmp*`` beside blobs) last written before ``cutoff``."""
+        candidates = list((self.root / "tmp").glob("*")) + list((self.root / "sha256").glob("*/*/tmp*"))
+        removed = 0
+        for entry in candidates:
+            try:
+                if entry.is_file() and datetime.fromtimestamp(entry.stat().st_mtime, UTC) < cutoff:
+                    entry.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        return removed

@@ -59,6 +59,29 @@ def _parser() -> argparse.ArgumentParser:
     wk.add_argument("--max-tasks-per-child", type=int)
     wk.add_argument("--max-memory-per-child", type=int, help="KiB; the process is recycled after its task")
 
+    st = sub.add_parser("status", help="queues, live workers by device class, and a job's state")
+    st.add_argument("job", nargs="?", help="a job id (mf-...)")
+    st.add_argument("--broker", help="the fleet's broker URL (default: the settings')")
+
+    cn = sub.add_parser("cancel", help="cancel a job: a queued one never starts, a running one stops")
+    cn.add_argument("job", help="a job id (mf-...)")
+    cn.add_argument("--broker", help="the fleet's broker URL (default: the settings')")
+
+    mc = sub.add_parser("serve-mcp", help="serve the callers' four sidecar tools over MCP (stdio, or --http)")
+    mc.add_argument("--http", action="store_true", help="streamable HTTP at http://HOST:PORT/mcp instead of stdio")
+    mc.add_argument("--host", default="127.0.0.1", help="HTTP address (default loopback)")
+    mc.add_argument("--port", type=int, default=8765)
+    mc.add_argument("--allow-remote", action="store_true",
+                    help="allow a non-loopback --host (the server has no authentication of its own)")
+    mc.add_argument("--max-inline-bytes", type=int, default=64 * 1024 * 1024,
+                    help="the most bytes one call carries inline (artifact in, images out)")
+    mc.add_argument("--wait", type=float, help="seconds a call waits for its job (default: its hard time limit + 60)")
+    mc.add_argument("--broker", help="serve from the fleet at this broker URL (default: the settings')")
+
+    gc = sub.add_parser("gc", help="delete blobs and results past the retention rule (README: Blob store)")
+    gc.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
+    gc.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
     sub.add_parser("manifest", help="print the manifest in force")
     sub.add_parser("schema", help="print the contract's JSON Schemas")
     return parser
@@ -89,7 +112,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     if args.command == "worker":
         return _worker(args, settings, manifest)
+    if args.command in ("status", "cancel"):
+        return _fleet_command(args, settings, manifest)
+    if args.command == "serve-mcp":
+        return _serve_mcp(args, settings, manifest)
+    if args.command == "gc":
+        return _gc(args, settings, manifest)
     return _extract(args, settings, manifest)
+
+
+def _unreachable() -> tuple[type[BaseException], ...]:
+    """Errors that mean the broker or backend is not there (not a bad artifact)."""
+    from kombu.exceptions import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    return (ConnectionError, OperationalError, RedisConnectionError, RedisTimeout)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -141,7 +179,7 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
             print(f"mediafleet extract: {path.name}: {exc.message}", file=sys.stderr)
             status = EXIT_FAILED
             continue
-        except (ConnectionError, OSError) as exc:
+        except _unreachable() as exc:
             print(f"mediafleet extract: the fleet cannot be reached: {type(exc).__name__}", file=sys.stderr)
             return EXIT_UNREACHABLE
         show.done()
@@ -159,6 +197,32 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
             Path(f"{stem}.bundle.json").write_text(bundle.model_dump_json(indent=2), encoding="utf-8")
             Path(f"{stem}.prov.ttl").write_text(to_turtle(bundle.prov), encoding="utf-8")
     return status
+
+
+def _fleet_command(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
+    from mediafleet.dispatch import Dispatcher
+
+    if settings.broker_url is None:
+        print(f"mediafleet {args.command}: set MEDIAFLEET_BROKER_URL or --broker", file=sys.stderr)
+        return EXIT_USAGE
+    dispatcher = Dispatcher(settings, manifest=manifest)
+    try:
+        if args.command == "cancel":
+            state = dispatcher.cancel(args.job)
+            if state is None:
+                print(f"mediafleet cancel: no job {args.job}", file=sys.stderr)
+                return EXIT_FAILED
+            print(json.dumps({"job_id": args.job, "state": state.value}))
+            return EXIT_OK
+        report: dict[str, Any] = dispatcher.status()
+        if args.job:
+            record = dispatcher.jobs().get(args.job)
+            report["job"] = record.summary() if record else {"job_id": args.job, "state": "unknown"}
+    except _unreachable() as exc:
+        print(f"mediafleet {args.command}: the fleet cannot be reached: {type(exc).__name__}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    print(json.dumps(report, indent=2))
+    return EXIT_OK if not args.job or report["job"]["state"] != "unknown" else EXIT_FAILED
 
 
 class _progress_printer:
@@ -209,6 +273,12 @@ def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     if not served:
         print(f"mediafleet worker: no capability may run on {settings.device.value}", file=sys.stderr)
         return EXIT_USAGE
+    from workers.engines import EngineConfig, configure
+
+    # The start-up checks read the engine configuration (e.g. the Whisper model folder); setting it
+    # in the parent loads nothing, and each pool process sets it again after the fork.
+    configure(EngineConfig(device=settings.device, threads=settings.threads,
+                           whisper_model_dir=settings.whisper_model_dir))
     try:
         check_devices([cap.action for cap in served], settings.device)
     except Unavailable as exc:
@@ -225,6 +295,57 @@ def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     if args.max_memory_per_child:
         argv.append(f"--max-memory-per-child={args.max_memory_per_child}")
     app.worker_main(argv)
+    return EXIT_OK
+
+
+def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
+    import ipaddress
+    import logging
+
+    loopback = args.host == "localhost"
+    try:
+        loopback = loopback or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        pass
+    if args.http and not loopback and not args.allow_remote:
+        print("mediafleet serve-mcp: --host is not a loopback address; add --allow-remote if you mean it",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.max_inline_bytes <= 0:
+        print("mediafleet serve-mcp: --max-inline-bytes must be > 0", file=sys.stderr)
+        return EXIT_USAGE
+    # In-process jobs run in this process: cap the engines' threads before anything loads them.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_THREAD_LIMIT"):
+        os.environ.setdefault(var, str(settings.threads))
+    # stdout is the MCP wire under stdio: every log line goes to stderr.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from mediafleet.dispatch import Dispatcher
+    from mediafleet.mcp_server import SidecarTools, serve
+
+    tools = SidecarTools(Dispatcher(settings, manifest=manifest), max_inline_bytes=args.max_inline_bytes,
+                         wait_s=args.wait)
+    serve(tools, http=args.http, host=args.host, port=args.port)
+    return EXIT_OK
+
+
+def _gc(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
+    from contract.errors import Unavailable
+    from mediafleet.retention import gc
+
+    try:
+        report = gc(settings, manifest=manifest, dry_run=args.dry_run)
+    except Unavailable as exc:
+        print(f"mediafleet gc: {exc.message}; nothing was deleted after that", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if args.json:
+        print(json.dumps(report.to_json()))
+        return EXIT_OK
+    verb = "would delete" if report.dry_run else "deleted"
+    results = "" if report.results_expired is None else f"; {report.results_expired} result keys given an expiry"
+    temp = "" if report.temp_deleted is None else f"; {report.temp_deleted} stale temporary files removed"
+    print(f"gc: {verb} {report.blobs_deleted} of {report.blobs_seen} blobs ({report.bytes_deleted} bytes) "
+          f"unused since {report.blob_cutoff:%Y-%m-%d %H:%M} UTC; {report.blobs_referenced} kept for live jobs"
+          f"{temp}{results}")
     return EXIT_OK
 
 

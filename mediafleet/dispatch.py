@@ -9,6 +9,7 @@ evidence; a refusal is a job that is already ``failed``, never a half-done one.
 from __future__ import annotations
 
 import io
+import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -23,7 +24,9 @@ from contract.common import sha256_digest
 from contract.errors import CapabilityRefused, ErrorCode, InputRejected, MediafleetError, PublicError, TimedOut
 from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
 from contract.manifest import Capability, DeviceClass, Manifest
-from mediafleet.blobstore import BlobStore, LocalBlobStore
+from mediafleet.blobstore import BlobStore, open_store
+from mediafleet.jobstore import JobRecord, JobStore
+from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
 from workers.engines import EngineConfig, configure
@@ -34,7 +37,10 @@ __all__ = ["Dispatcher", "Job", "delegate_extract"]
 
 Artifact = bytes | str | Path | BinaryIO
 _HEAD = 4096
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _PROGRESS_SLICE_S = 0.5
+_DEFAULT_PRIORITY = 4
+_FINAL = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
 def _now() -> datetime:
@@ -76,32 +82,39 @@ class _DoneJob(Job):
 
 
 class _FleetJob(Job):
-    """A job on the fleet, read through Celery's result backend."""
+    """A job on the fleet: its state from the fleet's job record, woken by Celery's result."""
 
-    def __init__(self, async_result: Any, capability: Capability, request: ExtractRequest, submitted: datetime) -> None:
+    def __init__(self, app: Any, jobs: JobStore, capability: Capability, request: ExtractRequest) -> None:
         super().__init__(request.job_id, request.action)
-        self._result = async_result
+        self._app = app
+        self._jobs = jobs
+        self._result = app.AsyncResult(request.job_id)
         self._capability = capability
         self._request = request
-        self._submitted = submitted
+
+    def record(self) -> JobRecord | None:
+        return self._jobs.get(self.id)
 
     def state(self) -> JobState:
-        status = self._result.state
-        if status == "SUCCESS":
-            outcome = self._result.result
-            return JobState.DONE if outcome.get("status") == "ok" else JobState.FAILED
-        if status in ("STARTED", "PROGRESS", "RETRY"):
-            return JobState.STARTED
-        if status == "REVOKED":
-            return JobState.CANCELLED
-        if status == "FAILURE":
-            return JobState.FAILED
-        return JobState.QUEUED
+        record = self.record()
+        return record.state if record is not None else JobState.FAILED
 
     def progress(self) -> Progress | None:
-        info = self._result.info
-        if self._result.state == "PROGRESS" and isinstance(info, dict):
-            return Progress(done=info.get("done", 0), total=info.get("total"))
+        record = self.record()
+        return record.progress if record is not None else None
+
+    def cancel(self) -> JobState | None:
+        """Stop the job: a queued job never starts; a running one stops at its next progress point.
+
+        Cancellation lives in the job record, not in Celery's revoke list (which workers keep in
+        memory by task id and would hold against a later resubmission of the same job).
+        """
+        return self._jobs.cancel(self.id)
+
+    def _finished(self) -> Outcome | None:
+        record = self.record()
+        if record is not None and record.state in _FINAL and (outcome := record.outcome) is not None:
+            return outcome
         return None
 
     def bundle(
@@ -110,7 +123,10 @@ class _FleetJob(Job):
         from celery.exceptions import TimeoutError as CeleryTimeout
 
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+        while (outcome := self._finished()) is None:
+            if self._result.ready():
+                outcome = self._lost()
+                break
             # The Redis backend wakes get() through pub/sub the moment the result lands; the
             # short slices are only there to report progress in between.
             left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
@@ -118,18 +134,28 @@ class _FleetJob(Job):
                 raise TimedOut("the job did not finish within the wait timeout")
             try:
                 self._result.get(timeout=left, propagate=False, disable_sync_subtasks=False)
-                break
             except CeleryTimeout:
                 if on_progress is not None and (p := self.progress()) is not None:
                     on_progress(p)
-        if self._result.state == "SUCCESS":
-            return build_bundle(Outcome.model_validate(self._result.result), self._capability)
-        code = ErrorCode.CANCELLED if self._result.state == "REVOKED" else ErrorCode.WORKER_LOST
-        message = "the job was cancelled" if code == ErrorCode.CANCELLED else "the worker failed before finishing the job"
-        now = _now()
-        outcome = Outcome(job_id=self.id, action=self._request.action, artifact=self._request.artifact, status="failed",
-                          error=PublicError(code=code, message=message), started_at=self._submitted, ended_at=now)
         return build_bundle(outcome, self._capability)
+
+    def _lost(self) -> Outcome:
+        """The outcome of a job whose worker could not write one (killed, timed out, revoked)."""
+        outcome = self._finished()
+        if outcome is not None:
+            return outcome
+        status, info = self._result.state, self._result.info
+        if status == "REVOKED" or self.state() == JobState.CANCELLED:
+            error = PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled")
+        elif type(info).__name__ == "TimeLimitExceeded":
+            error = PublicError(code=ErrorCode.TIMEOUT,
+                                message=f"{self._request.action} ran past its hard time limit; its worker process was replaced")
+        else:
+            error = PublicError(code=ErrorCode.WORKER_LOST, message="the worker failed before finishing the job")
+        self._jobs.fail(self.id, error)
+        now = _now()
+        return Outcome(job_id=self.id, action=self._request.action, artifact=self._request.artifact, status="failed",
+                       error=error, started_at=now, ended_at=now, device=self._request.device)
 
 
 class Dispatcher:
@@ -138,7 +164,7 @@ class Dispatcher:
     Args:
         settings: where the broker, backend and blob store are. No broker URL means in-process.
         manifest: the manifest in force (defaults to the settings' one).
-        store: the blob store (defaults to a local store at ``settings.blob_root``).
+        store: the blob store (defaults to the one the settings name: :func:`open_store`).
     """
 
     def __init__(
@@ -151,9 +177,10 @@ class Dispatcher:
     ) -> None:
         self.settings = settings
         self.manifest = manifest or settings.manifest()
-        self.store = store or LocalBlobStore(settings.blob_root)
+        self.store = store or open_store(settings)
         self._clock = clock
         self._app: Any = None
+        self._jobs: JobStore | None = None
         if self.in_process:
             configure(EngineConfig(device=DeviceClass.CPU, threads=settings.threads,
                                    whisper_model_dir=settings.whisper_model_dir))
@@ -178,6 +205,7 @@ class Dispatcher:
         media_type: str | None = None,
         options: Mapping[str, Any] | None = None,
         priority: int | None = None,
+        keep_result_s: int | None = None,
         progress: ProgressFn | None = None,
     ) -> Job:
         """Check, store and run (or enqueue) one artifact.
@@ -187,7 +215,9 @@ class Dispatcher:
             action: the callers' action (``ocr_pdf``...); inferred from the media type when None.
             media_type: the type the caller claims; refused when the bytes say otherwise.
             options: capability options; anything the manifest does not declare is refused.
-            priority: 0 (lowest) to 9 (highest) on the fleet.
+            priority: 0 (lowest) to 9 (highest) on the fleet; default 4.
+            keep_result_s: the caller's pickup window; the outcome is kept at least this long
+                (and at least the settings' ``result_ttl_s``).
             progress: in-process only: called with (done, total) as the job advances.
         """
         options = dict(options or {})
@@ -205,10 +235,50 @@ class Dispatcher:
         if stored_size != size:
             return self._refused(digest, stored_size, sniffed, action,
                                  InputRejected("the artifact changed while it was read").public())
+        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress)  # type: ignore[arg-type]
+
+    def submit_stored(
+        self,
+        digest: str,
+        *,
+        action: str | None = None,
+        media_type: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        keep_result_s: int | None = None,
+        progress: ProgressFn | None = None,
+    ) -> Job:
+        """Like :meth:`submit`, for an artifact the blob store already holds (too big to pass inline).
+
+        The stored bytes are re-hashed first; a digest the store does not hold gives a failed job
+        (``blob_not_found``). The type is sniffed from the stored bytes and checked as in ``submit``.
+
+        Raises:
+            CapabilityRefused: ``digest`` is not a ``sha256:<hex>`` digest (there is no artifact to name).
+        """
+        if not _DIGEST.fullmatch(digest):
+            raise CapabilityRefused("the blob reference is not a sha256 digest", code=ErrorCode.INVALID_REQUEST)
+        options = dict(options or {})
+        try:
+            with self.store.verified_path(digest) as path:
+                size = path.stat().st_size
+                with open(path, "rb") as fh:
+                    head = fh.read(_HEAD)
+        except MediafleetError as exc:
+            return self._refused(digest, 0, None, action, exc.public())
+        sniffed = sniff(head)
+        try:
+            capability = self._check(sniffed, size, action, media_type, options)
+        except MediafleetError as exc:
+            return self._refused(digest, size, sniffed, action, exc.public())
+        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress)  # type: ignore[arg-type]
+
+    def _start(self, digest: str, size: int, media_type: str, capability: Capability, options: dict[str, Any],
+               priority: int | None, keep_result_s: int | None, progress: ProgressFn | None) -> Job:
         request = ExtractRequest(
             job_id=make_job_id(digest, capability.action, capability.extractor_version, options),
             action=capability.action,
-            artifact=ArtifactRef(digest=digest, media_type=sniffed, bytes=size, modality=capability.modality),  # type: ignore[arg-type]
+            artifact=ArtifactRef(digest=digest, media_type=media_type, bytes=size, modality=capability.modality),
             options=options,
             device=self._device_for(capability),
         )
@@ -216,7 +286,7 @@ class Dispatcher:
             outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
                                   progress=progress, clock=self._clock)
             return _DoneJob(build_bundle(outcome, capability))
-        return self._enqueue(request, capability, priority)
+        return self._enqueue(request, capability, priority, keep_result_s)
 
     def _device_for(self, capability: Capability) -> DeviceClass:
         """This process's device class when the capability allows it, else its preferred one."""
@@ -246,24 +316,84 @@ class Dispatcher:
         job = "mf-" + token("refused", digest, action or "", error.code.value)
         return _DoneJob(refused_bundle(job, action, artifact, error, self._clock()))
 
-    def _enqueue(self, request: ExtractRequest, capability: Capability, priority: int | None) -> Job:
-        from mediafleet.jobstore import JobStore
-        from workers.app import EXTRACT_TASK
+    def _enqueue(self, request: ExtractRequest, capability: Capability, priority: int | None,
+                 keep_result_s: int | None) -> Job:
+        from workers.app import EXTRACT_TASK, redis_priority
 
-        jobs = JobStore(self.app, ttl_s=self.settings.result_ttl_s)
-        submitted = self._clock()
-        async_result = self.app.AsyncResult(request.job_id)
-        if jobs.claim(request.job_id):
+        jobs = self.jobs()
+        device, held = self._route(capability)
+        request = request.model_copy(update={"device": device})
+        level = _DEFAULT_PRIORITY if priority is None else priority
+        if not 0 <= level <= 9:
+            raise CapabilityRefused("priority must be 0 (lowest) to 9 (highest)", code=ErrorCode.INVALID_REQUEST)
+        state = JobState.HELD if held else JobState.QUEUED
+        token = jobs.claim(request, state=state, held_reason=held, priority=level,
+                           keep_s=keep_result_s or self.settings.result_ttl_s)
+        if token is not None:
+            self._result_of(request.job_id).forget()
             self.app.send_task(
                 EXTRACT_TASK,
                 args=[request.model_dump(mode="json")],
+                kwargs={"token": token},
                 task_id=request.job_id,
-                queue=capability.queue(request.device),
+                queue=capability.queue(device),
                 soft_time_limit=capability.time_limits.soft_s,
                 time_limit=capability.time_limits.hard_s,
-                priority=priority,
+                priority=redis_priority(level),
             )
-        return _FleetJob(async_result, capability, request, submitted)
+        else:
+            record = jobs.get(request.job_id)
+            if record is not None:
+                request = record.request
+        return _FleetJob(self.app, jobs, capability, request)
+
+    def _result_of(self, job_id: str) -> Any:
+        return self.app.AsyncResult(job_id)
+
+    def _route(self, capability: Capability) -> tuple[DeviceClass, str | None]:
+        """The first allowed device class with a live worker on the capability's queue.
+
+        With none alive the job is held on the preferred class's queue (never on a class the
+        manifest forbids) and the reason is recorded, so ``status`` shows it.
+        """
+        alive = {q for w in live_workers(self.app.backend.client) for q in w.queues}
+        for device in capability.devices:
+            if capability.queue(device) in alive:
+                return device, None
+        allowed = "/".join(d.value for d in capability.devices)
+        return capability.devices[0], f"no live worker for {capability.action} on {allowed}"
+
+    def jobs(self) -> JobStore:
+        if self._jobs is None:
+            self._jobs = JobStore(self.app.backend.client, self.settings.result_ttl_s)
+        return self._jobs
+
+    def job(self, job_id: str) -> _FleetJob | None:
+        """A handle on a job submitted earlier (by any dispatcher of this fleet)."""
+        record = self.jobs().get(job_id)
+        if record is None:
+            return None
+        request = record.request
+        return _FleetJob(self.app, self.jobs(), self.manifest.capability(request.action), request)
+
+    def cancel(self, job_id: str) -> JobState | None:
+        """Cancel a job; returns its state afterwards (None for an unknown job)."""
+        job = self.job(job_id)
+        return job.cancel() if job is not None else None
+
+    def status(self) -> dict[str, Any]:
+        """Queue lengths per capability queue, and live workers by device class."""
+        client = self.app.backend.client
+        queues: dict[str, int] = {}
+        for cap in self.manifest.capabilities.values():
+            for device in cap.devices:
+                name = cap.queue(device)
+                # The Redis transport keeps priority levels 1..9 in lists of their own.
+                queues[name] = sum(client.llen(n) for n in [name, *(f"{name}:{p}" for p in range(1, 10))])
+        workers: dict[str, list[str]] = {d.value: [] for d in DeviceClass}
+        for worker in live_workers(client):
+            workers.setdefault(worker.device, []).append(worker.hostname)
+        return {"queues": queues, "workers": workers}
 
 
 def _peek(artifact: Artifact) -> tuple[bytes, int, BinaryIO]:

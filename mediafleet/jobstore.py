@@ -1,48 +1,221 @@
-"""The dispatcher's own record of each job, for idempotent resubmits.
+"""The fleet's own durable record of each job, in Redis beside the broker.
 
-A job id is a hash of the artifact digest, the capability, the extractor version and the options,
-so the same work always has the same id. ``claim`` atomically records a job the first time it is
-submitted (Redis ``SET NX``); a resubmit of a job that is queued, running or finished returns the
-existing one instead of doing the work twice. Only a job that failed in a way worth retrying (a
-worker lost, an engine unavailable) or was cancelled may be claimed again.
+Celery answers ``PENDING`` for any id it does not know, so a job's state is never read from Celery
+alone. Each job has one hash ``mediafleet:job:<id>`` holding its request, state (queued, held,
+started, done, failed, cancelled), delivery count, progress, where it ran, and, once finished, its
+outcome, kept for at least the caller's pickup window. With Redis persistence on, records survive a
+Redis restart like the queues do.
+
+A job id is a hash of the artifact digest, capability, extractor version and options, so the same
+work always has the same id: :meth:`JobStore.claim` creates the record atomically the first time,
+and a resubmit of a job that is queued, running or finished returns the existing one. Only a job that
+failed in a retryable way, or was cancelled, may be claimed again.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
+import uuid
 from typing import Any
 
-__all__ = ["JobStore"]
+from contract.errors import ErrorCode, PublicError
+from contract.jobs import ExtractRequest, JobState, Outcome, Progress
+
+__all__ = ["MAX_DELIVERIES", "JobRecord", "JobStore"]
 
 _PREFIX = "mediafleet:job:"
+# A job whose worker process died this many times (OOM kill, segfault, SIGKILL) is not delivered
+# again: it fails with ``worker_lost`` and the queue keeps flowing.
+MAX_DELIVERIES = 3
+
+# KEYS[1] record; ARGV[1] ttl, ARGV[2..] field/value pairs. Creates the record unless a live one
+# exists; a cancelled job or one that failed retryably is replaced. Returns 1 when created.
+_CLAIM = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state and state ~= 'cancelled' and not (state == 'failed' and redis.call('HGET', KEYS[1], 'retryable') == '1') then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+# KEYS[1] record; ARGV[1] hostname, ARGV[2] pid, ARGV[3] now, ARGV[4] the message's token. Counts
+# a delivery and marks the job started unless it was cancelled. A message whose token is not the
+# record's (left over from a submission that was cancelled and claimed again) is stale: -1.
+# Returns {attempts, state before}.
+_START = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {0, ''} end
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[4] then return {-1, state} end
+local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+if state ~= 'cancelled' and state ~= 'done' and state ~= 'failed' then
+  redis.call('HSET', KEYS[1], 'state', 'started', 'hostname', ARGV[1], 'pid', ARGV[2], 'updated_at', ARGV[3])
+end
+return {attempts, state}
+"""
+
+
+class JobRecord:
+    """A read-only view of one record."""
+
+    def __init__(self, job_id: str, fields: dict[str, str]) -> None:
+        self.job_id = job_id
+        self._f = fields
+
+    @property
+    def state(self) -> JobState:
+        return JobState(self._f["state"])
+
+    @property
+    def request(self) -> ExtractRequest:
+        return ExtractRequest.model_validate_json(self._f["request"])
+
+    @property
+    def attempts(self) -> int:
+        return int(self._f.get("attempts", 0))
+
+    @property
+    def completions(self) -> int:
+        return int(self._f.get("completions", 0))
+
+    @property
+    def held_reason(self) -> str | None:
+        return self._f.get("held_reason") or None
+
+    @property
+    def pid(self) -> int | None:
+        return int(self._f["pid"]) if self._f.get("pid") else None
+
+    @property
+    def hostname(self) -> str | None:
+        return self._f.get("hostname") or None
+
+    @property
+    def progress(self) -> Progress | None:
+        if "done" not in self._f:
+            return None
+        total = self._f.get("total")
+        return Progress(done=int(self._f["done"]), total=int(total) if total else None, unit=self._f.get("unit", "pages"))
+
+    @property
+    def outcome(self) -> Outcome | None:
+        raw = self._f.get("outcome")
+        return Outcome.model_validate_json(raw) if raw else None
+
+    def summary(self) -> dict[str, Any]:
+        """What ``mediafleet status JOB`` shows (no request options, no outcome body)."""
+        keep = ("state", "action", "attempts", "completions", "held_reason", "hostname", "device", "priority",
+                "error_code", "submitted_at", "updated_at")
+        out: dict[str, Any] = {"job_id": self.job_id, **{k: self._f[k] for k in keep if self._f.get(k)}}
+        if (p := self.progress) is not None:
+            out["progress"] = p.model_dump()
+        return out
 
 
 class JobStore:
-    def __init__(self, app: Any, ttl_s: int) -> None:
-        self._app = app
-        self._redis = app.backend.client
-        self._ttl_s = ttl_s
+    """Job records in the Redis behind ``client`` (a ``redis.Redis``)."""
 
-    def claim(self, job_id: str) -> bool:
-        """True when the caller must enqueue ``job_id`` (new, or its last run may be retried)."""
-        key = _PREFIX + job_id
-        record = json.dumps({"job_id": job_id, "state": "queued"})
-        if self._redis.set(key, record, nx=True, ex=self._ttl_s):
-            return True
-        previous = self._app.AsyncResult(job_id)
-        if not self._retryable(previous):
-            return False
-        previous.forget()
-        self._redis.set(key, record, ex=self._ttl_s)
-        return True
+    def __init__(self, client: Any, ttl_s: int) -> None:
+        self._r = client
+        self._ttl_s = ttl_s
+        self._claim = client.register_script(_CLAIM)
+        self._start = client.register_script(_START)
 
     @staticmethod
-    def _retryable(result: Any) -> bool:
-        state = result.state
-        if state in ("FAILURE", "REVOKED"):
-            return True
-        if state == "SUCCESS":
-            outcome = result.result
-            error = outcome.get("error") if isinstance(outcome, dict) else None
-            return bool(error and error.get("retryable"))
-        return False
+    def key(job_id: str) -> str:
+        return _PREFIX + job_id
+
+    def get(self, job_id: str) -> JobRecord | None:
+        raw = self._r.hgetall(self.key(job_id))
+        if not raw:
+            return None
+        return JobRecord(job_id, {k.decode(): v.decode() for k, v in raw.items()})
+
+    def claim(self, request: ExtractRequest, *, state: JobState, held_reason: str | None, priority: int,
+              keep_s: int) -> str | None:
+        """Record a new job and return the token its message must carry; None when a live record
+        for the same job already exists."""
+        now = str(time.time())
+        token = uuid.uuid4().hex
+        fields = {
+            "token": token,
+            "state": state.value, "action": request.action, "request": request.model_dump_json(),
+            "attempts": "0", "completions": "0", "device": request.device.value, "priority": str(priority),
+            "held_reason": held_reason or "", "keep_s": str(max(keep_s, self._ttl_s)),
+            "submitted_at": now, "updated_at": now,
+        }
+        flat = [x for kv in fields.items() for x in kv]
+        created = self._claim(keys=[self.key(request.job_id)], args=[max(keep_s, self._ttl_s), *flat])
+        return token if created else None
+
+    def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None]:
+        """Count a delivery; returns (deliveries so far, the state before this one).
+
+        Deliveries are -1 for a stale message (not this submission's) and 0 for an unknown job.
+        """
+        attempts, before = self._start(keys=[self.key(job_id)], args=[hostname, os.getpid(), time.time(), token])
+        before = before.decode() if isinstance(before, bytes) else before
+        return int(attempts), (JobState(before) if before else None)
+
+    def progress(self, job_id: str, done: int, total: int | None, unit: str) -> JobState | None:
+        """Record progress; returns the current state (so a worker sees a cancellation)."""
+        pipe = self._r.pipeline()
+        pipe.hset(self.key(job_id), mapping={"done": done, "total": total if total is not None else "",
+                                             "unit": unit, "updated_at": time.time()})
+        pipe.hget(self.key(job_id), "state")
+        _, state = pipe.execute()
+        return JobState(state.decode()) if state else None
+
+    def finish(self, outcome: Outcome) -> None:
+        """Store the outcome and the final state, kept for the job's pickup window."""
+        key = self.key(outcome.job_id)
+        keep_s = int(self._r.hget(key, "keep_s") or self._ttl_s)
+        cancelled = outcome.error is not None and outcome.error.code == ErrorCode.CANCELLED
+        state = JobState.DONE if outcome.status == "ok" else JobState.CANCELLED if cancelled else JobState.FAILED
+        pipe = self._r.pipeline()
+        pipe.hset(key, mapping={
+            "state": state.value, "outcome": outcome.model_dump_json(), "updated_at": time.time(),
+            "error_code": outcome.error.code.value if outcome.error else "",
+            "retryable": "1" if outcome.error and outcome.error.retryable else "0",
+        })
+        if outcome.status == "ok":
+            pipe.hincrby(key, "completions", 1)
+        pipe.expire(key, keep_s)
+        pipe.execute()
+
+    def fail(self, job_id: str, error: PublicError) -> None:
+        """Mark a job failed when no outcome could be written (its worker was killed)."""
+        key = self.key(job_id)
+        if not self._r.exists(key):
+            return
+        self._r.hset(key, mapping={"state": JobState.FAILED.value, "error_code": error.code.value,
+                                   "retryable": "1" if error.retryable else "0", "updated_at": time.time()})
+
+    def cancel(self, job_id: str) -> JobState | None:
+        """Mark a job cancelled unless it already finished; returns its state afterwards."""
+        key = self.key(job_id)
+        with self._r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    state = pipe.hget(key, "state")
+                    if state is None:
+                        return None
+                    current = JobState(state.decode())
+                    if current in (JobState.DONE, JobState.FAILED, JobState.CANCELLED):
+                        return current
+                    pipe.multi()
+                    pipe.hset(key, mapping={"state": JobState.CANCELLED.value, "updated_at": time.time()})
+                    pipe.execute()
+                    return JobState.CANCELLED
+                except Exception as exc:  # redis.WatchError: someone changed it; look again
+                    if type(exc).__name__ != "WatchError":
+                        raise
+
+    def to_json(self, job_id: str) -> str:
+        record = self.get(job_id)
+        return json.dumps(record.summary() if record else {"job_id": job_id, "state": "unknown"})

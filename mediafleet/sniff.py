@@ -27,6 +27,8 @@ def sniff(head: bytes) -> str | None:
         return "audio/ogg"
     if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0 and head[1] & 0x06):
         return "audio/mpeg"
+    if len(head) > 1 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0:  # ADTS: MPEG sync, layer 0
+        return "audio/aac"
     if head[4:8] == b"ftyp":
         brand = head[8:12]
         if brand in (b"M4A ", b"M4B "):

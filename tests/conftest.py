@@ -92,18 +92,19 @@ def fleet_env(redis_server: RedisServer, tmp_path: Path) -> dict[str, str]:
 class WorkerProcess:
     """A real ``mediafleet worker`` subprocess (a Celery prefork worker)."""
 
-    def __init__(self, env: dict[str, str], args: list[str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], args: list[str], log: Path, module: str = "mediafleet.cli") -> None:
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         self.args = args
+        self.module = module
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
         self.hostname = f"w{free_port()}@test"
 
     def start(self, timeout: float = 60.0) -> WorkerProcess:
-        cmd = [sys.executable, "-m", "mediafleet.cli", "worker", f"--hostname={self.hostname}", *self.args]
+        cmd = [sys.executable, "-m", self.module, "worker", f"--hostname={self.hostname}", *self.args]
         self._fh = open(self.log, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=self._fh, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, cwd=ROOT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -137,9 +138,9 @@ def start_worker(fleet_env: dict[str, str], tmp_path: Path) -> Iterator[Callable
     """Start real worker processes for this test's fleet; all are stopped afterwards."""
     workers: list[WorkerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+    def start(*args: str, env: dict[str, str] | None = None, module: str = "mediafleet.cli") -> WorkerProcess:
         log = tmp_path / f"worker{len(workers)}.log"
-        worker = WorkerProcess({**fleet_env, **(env or {})}, list(args), log)
+        worker = WorkerProcess({**fleet_env, **(env or {})}, list(args), log, module)
         workers.append(worker)
         return worker.start()
 

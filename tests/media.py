@@ -45,3 +45,13 @@ def encrypted_pdf() -> bytes:
     data = doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="owner", user_pw="user")
     doc.close()
     return data
+
+
+def marked_pdf(marker: str, pages: int = 1, salt: str = "") -> bytes:
+    """A text PDF whose title (stored uncompressed) carries ``marker``, for tests/faulty_worker.py."""
+    doc = pymupdf.open(stream=text_pdf(pages), filetype="pdf")
+    doc.set_metadata({"title": f"{marker} {salt}".strip()})
+    data = doc.tobytes(garbage=3, deflate=True)
+    doc.close()
+    assert marker.encode() in data
+    return data

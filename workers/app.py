@@ -9,35 +9,50 @@ time limit in the manifest, so a long job is never handed to a second worker whi
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
-from contract.jobs import ExtractRequest
+from contract.errors import Cancelled, ErrorCode, PublicError
+from contract.jobs import ExtractRequest, JobState, Outcome
 from contract.manifest import Manifest
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobstore import open_store
+from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.presence import Announcer
 from mediafleet.settings import Settings
 from workers.engines import EngineConfig, configure
 from workers.runner import run_request
 
-__all__ = ["EXTRACT_TASK", "create_app", "visibility_timeout_s"]
+__all__ = ["EXTRACT_TASK", "PROGRESS_UNITS", "create_app", "redis_priority", "visibility_timeout_s"]
 
 EXTRACT_TASK = "mediafleet.extract"
 _PROGRESS_EVERY_S = 1.0
+PROGRESS_UNITS = {"pdf": "pages", "image": "pages", "audio": "seconds", "video": "frames"}
 
 
 def visibility_timeout_s(manifest: Manifest) -> int:
     """Longest hard time limit plus a margin: a running job is never redelivered while it runs."""
-    return int(manifest.max_hard_time_limit_s()) + 600
+    return int(manifest.max_hard_time_limit_s() * 1.25) + 60
+
+
+def redis_priority(priority: int) -> int:
+    """The fleet's 0 (lowest) .. 9 (highest) as the Redis transport's 0 (first) .. 9 (last)."""
+    return 9 - priority
 
 
 def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
     """A Celery app wired to ``settings``; the task closes over the settings, manifest and store."""
     manifest = manifest or settings.manifest()
-    store = LocalBlobStore(settings.blob_root)
+    store = open_store(settings)
     app = Celery("mediafleet", broker=settings.broker(), backend=settings.backend(), set_as_current=False)
-    transport = {"visibility_timeout": visibility_timeout_s(manifest)}
+    transport = {
+        "visibility_timeout": visibility_timeout_s(manifest),
+        "queue_order_strategy": "priority",
+        "priority_steps": list(range(10)),
+        "sep": ":",
+    }
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -58,24 +73,71 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         task_default_queue="mf.default",
     )
 
-    engine_config = EngineConfig(device=settings.device, threads=settings.threads)
+    engine_config = EngineConfig(device=settings.device, threads=settings.threads,
+                                 whisper_model_dir=settings.whisper_model_dir)
 
     @worker_process_init.connect(weak=False)
     def _configure_engines(**_: Any) -> None:
         configure(engine_config)
 
+    jobs: list[JobStore] = []
+
+    def job_store() -> JobStore:
+        if not jobs:
+            jobs.append(JobStore(app.backend.client, settings.result_ttl_s))
+        return jobs[0]
+
+    announcers: list[Announcer] = []
+
+    @worker_ready.connect(weak=False)
+    def _announce(sender: Any = None, **_: Any) -> None:
+        if sender is None or sender.app is not app:
+            return
+        queues = [q.name for q in sender.task_consumer.queues]
+        announcer = Announcer(app.backend.client, sender.hostname, settings.device.value, queues)
+        announcer.start()
+        announcers.append(announcer)
+
+    @worker_shutdown.connect(weak=False)
+    def _retire(**_: Any) -> None:
+        while announcers:
+            announcers.pop().stop()
+
     @app.task(name=EXTRACT_TASK, bind=True)
-    def extract(self: Task, request: dict[str, Any]) -> dict[str, Any]:
+    def extract(self: Task, request: dict[str, Any], token: str = "") -> dict[str, Any]:
         req = ExtractRequest.model_validate(request)
+        store_ = job_store()
+        attempts, before = store_.start(req.job_id, self.request.hostname or "", token)
+        if attempts < 0:
+            return {"job_id": req.job_id, "status": "stale", "error": None}
+        unit = PROGRESS_UNITS.get(req.artifact.modality.value, "items")
         last = [0.0]
 
         def progress(done: int, total: int | None) -> None:
             now = time.monotonic()
             if now - last[0] >= _PROGRESS_EVERY_S or done == total:
                 last[0] = now
-                self.update_state(state="PROGRESS", meta={"done": done, "total": total})
+                self.update_state(state="PROGRESS", meta={"done": done, "total": total, "unit": unit})
+                if store_.progress(req.job_id, done, total, unit) == JobState.CANCELLED:
+                    raise Cancelled("the job was cancelled")
 
-        outcome = run_request(req, manifest=manifest, store=store, device=settings.device, progress=progress)
-        return outcome.model_dump(mode="json")
+        if before == JobState.CANCELLED:
+            outcome = _failed(req, PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled"))
+        elif attempts > MAX_DELIVERIES:
+            outcome = _failed(req, PublicError(
+                code=ErrorCode.WORKER_LOST,
+                message=f"the job stopped its worker process {attempts - 1} times; it is not delivered again",
+            ))
+        else:
+            outcome = run_request(req, manifest=manifest, store=store, device=settings.device, progress=progress)
+        store_.finish(outcome)
+        return {"job_id": outcome.job_id, "status": outcome.status,
+                "error": outcome.error.code.value if outcome.error else None}
 
     return app
+
+
+def _failed(request: ExtractRequest, error: PublicError) -> Outcome:
+    now = datetime.now(UTC)
+    return Outcome(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
+                   error=error, started_at=now, ended_at=now, device=request.device)

@@ -8,6 +8,7 @@ with :func:`engine_config` when they first build their engine; they never read t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from contract.manifest import DeviceClass
 
@@ -18,6 +19,7 @@ __all__ = ["EngineConfig", "configure", "engine_config"]
 class EngineConfig:
     device: DeviceClass = DeviceClass.CPU
     threads: int = 1
+    whisper_model_dir: Path | None = None  # a CTranslate2 Whisper folder; None: the packaged tiny.en
 
 
 _config = EngineConfig()

@@ -46,13 +46,20 @@ class Extractor(Protocol):
 # action -> "module:function"
 EXTRACTORS: dict[str, str] = {
     "ocr_pdf": "workers.pdf.textlayer:extract_pdf",
+    "extract_keyframes": "workers.video.extract:extract_keyframes",
+    "transcribe_segments": "workers.audio.transcribe:extract_audio",
+    "analyze_image": "workers.image.analyze:analyze_image",
 }
 
 
 # action -> "module:function(device: DeviceClass) -> None": run once when a worker starts, before
 # any fork; raises Unavailable with a clear message when the device class cannot really be served
 # (e.g. a GPU worker with no visible GPU). Must not create models or initialise CUDA contexts.
-DEVICE_CHECKS: dict[str, str] = {}
+DEVICE_CHECKS: dict[str, str] = {
+    "transcribe_segments": "workers.audio.model:check_device",
+    "ocr_pdf": "workers.ocr.device:check_device",
+    "analyze_image": "workers.ocr.device:check_device",
+}
 
 
 def check_devices(manifest_actions: list[str], device: DeviceClass) -> None:

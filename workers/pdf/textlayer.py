@@ -3,6 +3,11 @@
 Lines are put in reading order (:mod:`workers.reading_order`) rather than content-stream order,
 and the page text is those lines joined by newlines, so text and boxes always agree.
 
+Each page is routed (:mod:`workers.pdf.classify`): a page whose text layer is usable keeps this
+fast path; the others (scans, unmapped glyphs) are rendered and OCR'd (:mod:`workers.pdf.ocr_page`),
+and the page says which path it took. The OCR engine is imported and built only when a page needs
+it, so a born-digital PDF never loads it.
+
 Pages are loaded one at a time and released before the next, so memory stays bounded by the
 largest page, not the document (a 2,000-page PDF is never held whole).
 """
@@ -13,10 +18,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from contract.common import Producer, TextBox
+from contract.common import ModelRef, Producer, TextBox
 from contract.errors import ErrorCode, InputRejected, LimitExceeded
 from contract.manifest import Limits
 from contract.pdf import PdfOptions, PdfPage, PdfResult
+from workers.pdf.classify import ocr_reason
 from workers.pdf.mupdf import pymupdf
 from workers.reading_order import reading_order
 from workers.sink import BlobSink
@@ -24,7 +30,7 @@ from workers.sink import BlobSink
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines"]
 
 EXTRACTOR = "mediafleet.pdf.textlayer"
-EXTRACTOR_VERSION = "1"
+EXTRACTOR_VERSION = "2"
 
 ProgressFn = Callable[[int, int | None], None]
 
@@ -87,9 +93,29 @@ def _rect(box: TextBox) -> tuple[float, float, float, float]:
     return box.x, box.y, box.x + box.width, box.y + box.height
 
 
-def _read_page(doc: Any, index: int) -> PdfPage:
+class _Ocr:
+    """The OCR engine, fetched on the first page that needs it; remembers that it was used."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+
+    def get(self) -> Any:
+        if self.engine is None:
+            from workers.ocr.engine import get_engine
+
+            self.engine = get_engine()
+        return self.engine
+
+
+def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _Ocr) -> PdfPage:
     page = doc.load_page(index)
-    boxes = reading_order(list(page_lines(page)), _rect)
+    lines = list(page_lines(page))
+    reason = ocr_reason(page, lines, options.ocr)
+    if reason is not None:
+        from workers.pdf.ocr_page import ocr_page
+
+        return ocr_page(page, index + 1, options, limits, reason, ocr.get())
+    boxes = reading_order(lines, _rect)
     rect = page.rect
     return PdfPage(
         page=index + 1,
@@ -102,12 +128,14 @@ def _read_page(doc: Any, index: int) -> PdfPage:
     )
 
 
-def producer(options: PdfOptions) -> Producer:
+def producer(options: PdfOptions, models: list[ModelRef] | None = None) -> Producer:
+    """PyMuPDF reads and renders; when a page was OCR'd, ``models`` names the OCR engine's files."""
     return Producer(
         engine="pymupdf",
         engine_version=pymupdf.VersionBind,
         extractor=EXTRACTOR,
         extractor_version=EXTRACTOR_VERSION,
+        models=models or [],
         options=options.model_dump(mode="json"),
     )
 
@@ -119,33 +147,36 @@ def extract_pdf(
     progress: ProgressFn | None = None,
     sink: BlobSink | None = None,
 ) -> PdfResult:
-    """Read a PDF's text layer page by page.
+    """Read a PDF page by page: the text layer where it is usable, OCR where it is not.
 
     Args:
         path: a local file holding the (digest-verified) PDF.
         options: the capability's options.
         limits: the manifest's limits for the capability.
         progress: called with (pages done, page count) after each page.
-        sink: unused by the text layer (it derives no bytes).
+        sink: unused (nothing derived is stored).
 
     Returns:
         One :class:`PdfPage` per page, in order.
 
     Raises:
         InputRejected: the PDF is corrupt, encrypted or has no pages.
-        LimitExceeded: over the page limit.
+        LimitExceeded: over the page limit, or a page to OCR over the pixel limit at ``options.dpi``.
+        Unavailable: a page needs OCR and the OCR engine is not installed here.
     """
     doc = open_pdf(path, limits)
     try:
         total = doc.page_count
         pages: list[PdfPage] = []
+        ocr = _Ocr()
         for index in range(total):
             try:
-                pages.append(_read_page(doc, index))
+                pages.append(_read_page(doc, index, options, limits, ocr))
             except (RuntimeError, ValueError) as exc:
                 raise InputRejected(f"page {index + 1} of the PDF cannot be read") from exc
             if progress is not None:
                 progress(index + 1, total)
-        return PdfResult(page_count=total, pages=pages, producer=producer(options))
+        models = ocr.engine.models(with_classifier=options.rotated_lines) if ocr.engine is not None else None
+        return PdfResult(page_count=total, pages=pages, producer=producer(options, models))
     finally:
         doc.close()

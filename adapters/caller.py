@@ -1,0 +1,148 @@
+"""Evidence bundle -> the response objects today's callers parse (CONTRACT.md section 5).
+
+Every entry a caller reads is read back from a governed locus of the bundle (the page from its
+PageRegion, a box from its ImageRegion, a segment from its AudioRange, a shot from its
+VideoTimeRange, a keyframe from its FrameRange), so what a caller writes into the graph is
+exactly what the worker checked against the artifact's real extent, in the bundle's order.
+Nothing here does I/O: images a caller wants inline are fetched by the server and passed in.
+
+Shapes (a JSON object; ``available`` missing means true; ``error`` only on failure):
+
+* pdf: ``pages: [{page, width, height, text, boxes: [{text, x, y, width, height}]}]`` (PDF points,
+  top-left origin; ``page`` 1-based)
+* image: ``phash``, ``thumbnail_png_b64?``, ``regions: [{x, y, width, height, label?, confidence?,
+  crop_png_b64?}]`` (image pixels)
+* audio: ``segments: [{start_ms, end_ms, text, confidence?}]`` (integer milliseconds)
+* video: ``shots: [{start_ms, end_ms, label?, confidence?}]`` (integer milliseconds),
+  ``keyframes: [{start_frame, end_frame?, png_b64?}]`` (1-based, inclusive frame numbers)
+
+Every response also carries ``bundle``: the full evidence bundle (governed loci, PROV-O, claim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from contract.bundle import EvidenceBundle
+from contract.errors import ErrorCode, PublicError
+
+__all__ = ["caller_response", "failure_response", "inline_wanted"]
+
+# The error codes that mean "this sidecar cannot do that here", which callers read as available: false.
+_UNAVAILABLE = frozenset({ErrorCode.CAPABILITY_NOT_DECLARED, ErrorCode.ENGINE_UNAVAILABLE})
+
+
+def _evidence(bundle: EvidenceBundle) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(address, node properties) of each Evidence node, in the bundle's (locus) order."""
+    for node in bundle.nodes:
+        if node.node_type == "Evidence":
+            yield node.properties["evidence_locus"]["address"], node.properties
+
+
+def _box(address: Mapping[str, Any]) -> dict[str, float]:
+    return {k: address[k] for k in ("x", "y", "width", "height")}
+
+
+def _pdf(bundle: EvidenceBundle) -> dict[str, Any]:
+    pages: dict[int, dict[str, Any]] = {}
+    for address, props in _evidence(bundle):
+        kind = address["kind"]
+        if kind == "page_region":
+            pages[address["page"]] = {"page": address["page"], "width": address["width"],
+                                      "height": address["height"], "text": "", "boxes": []}
+        elif kind == "character_range":
+            pages[props["page"]]["text"] = props["text"]
+        elif kind == "image_region":
+            pages[props["page"]]["boxes"].append({"text": props["text"], **_box(address)})
+    return {"pages": list(pages.values())}
+
+
+def _audio(bundle: EvidenceBundle) -> dict[str, Any]:
+    segments = []
+    for address, props in _evidence(bundle):
+        if address["kind"] == "audio_range":
+            segment: dict[str, Any] = {"start_ms": address["start_ms"], "end_ms": address["end_ms"],
+                                       "text": props.get("text", "")}
+            if props.get("confidence") is not None:
+                segment["confidence"] = props["confidence"]
+            segments.append(segment)
+    return {"segments": segments}
+
+
+def _video(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+    shots: list[dict[str, Any]] = []
+    keyframes: list[dict[str, Any]] = []
+    for address, props in _evidence(bundle):
+        if address["kind"] == "video_time_range":
+            shots.append({"start_ms": address["start_ms"], "end_ms": address["end_ms"]})
+        elif address["kind"] == "frame_range":
+            keyframe: dict[str, Any] = {"start_frame": address["start_frame"], "end_frame": address["end_frame"]}
+            png = inline.get(props.get("image_blob_ref", ""))
+            if png is not None:
+                keyframe["png_b64"] = png
+            keyframes.append(keyframe)
+    return {"shots": shots, "keyframes": keyframes}
+
+
+def _image(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+    raise NotImplementedError("the image shape waits for the analyze_image capability's contract")
+
+
+def inline_wanted(bundle: EvidenceBundle) -> list[str]:
+    """Blob refs (``blob:<hex>``) of the images a caller wants inline, in response order.
+
+    The server fetches these from the blob store (as PNG) and passes them to
+    :func:`caller_response`; an image left out of the mapping is simply not inlined.
+    """
+    wanted: list[str] = []
+    for _, props in _evidence(bundle):
+        ref = props.get("image_blob_ref")
+        if isinstance(ref, str) and ref not in wanted:
+            wanted.append(ref)
+    return wanted
+
+
+def caller_response(bundle: EvidenceBundle, inline: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The callers' response for an ``ok`` bundle, with the bundle alongside.
+
+    Args:
+        bundle: an ``ok`` evidence bundle.
+        inline: blob ref -> base64 PNG, for the images the caller gets inline (see
+            :func:`inline_wanted`).
+
+    Raises:
+        ValueError: the bundle is not ``ok`` (use :func:`failure_response`).
+    """
+    if bundle.status != "ok":
+        raise ValueError("only an ok bundle has a caller response; a failed one is a failure_response")
+    inline = inline or {}
+    modality = bundle.artifact.modality.value if bundle.artifact.modality is not None else None
+    if modality == "pdf":
+        shape = _pdf(bundle)
+    elif modality == "audio":
+        shape = _audio(bundle)
+    elif modality == "video":
+        shape = _video(bundle, inline)
+    elif modality == "image":
+        shape = _image(bundle, inline)
+    else:
+        raise ValueError(f"no caller shape for modality {modality!r}")
+    return {"available": True, **shape, "bundle": bundle.model_dump(mode="json")}
+
+
+def failure_response(error: PublicError, bundle: EvidenceBundle | None = None) -> dict[str, Any]:
+    """The callers' response for a refused or failed call.
+
+    ``error`` is the public-safe message (what callers read), with its stable ``error_code`` and
+    ``retryable`` beside it; ``available`` is false when the sidecar cannot do this here at all
+    (the capability is not declared by the manifest in force, or its engine is missing). The
+    failed bundle (a ``failed`` activity, no claim) is carried when the artifact got that far.
+    """
+    return {
+        "available": error.code not in _UNAVAILABLE,
+        "error": error.message,
+        "error_code": error.code.value,
+        "retryable": error.retryable,
+        "bundle": bundle.model_dump(mode="json") if bundle is not None else None,
+    }

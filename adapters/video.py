@@ -1,0 +1,71 @@
+"""Video result -> loci: a VideoTimeRange per shot, then a FrameRange per keyframe of that shot.
+
+Frame numbers turn 1-based here (``frame_index + 1``), as the callers require; times are already
+integer milliseconds on the media timeline. Shots are never empty (the result model refuses one),
+so nothing is dropped or clamped.
+"""
+
+from __future__ import annotations
+
+from adapters.drafts import Bounds, LocusDraft
+from contract.addresses import FrameRange, VideoTimeRange
+from contract.video import VideoResult
+
+__all__ = ["video_loci"]
+
+
+def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
+    """Per shot: its VideoTimeRange, then each of its keyframes as a one-frame FrameRange.
+
+    Shot nodes carry the shot number and its 1-based first/last frame numbers; keyframe nodes carry
+    the shot, the frame's time, the image's blob ref (``blob:<hex>``), media type, size, pHash,
+    sharpness and, for a near-duplicate, the frame number of the keyframe it repeats.
+    """
+    media = result.media
+    time_bounds = Bounds(duration_ms=media.duration_ms)
+    frame_bounds = Bounds(frame_count=media.frame_count)
+    by_shot: dict[int, list[int]] = {}
+    for position, key in enumerate(result.keyframes):
+        by_shot.setdefault(key.shot, []).append(position)
+    drafts: list[LocusDraft] = []
+    for shot in result.shots:
+        drafts.append(
+            LocusDraft(
+                address=VideoTimeRange(start_ms=shot.start_ms, end_ms=shot.end_ms),
+                bounds=time_bounds,
+                properties={
+                    "video_id": document_id,
+                    "shot": shot.shot,
+                    "start_frame": shot.first_frame_index + 1,
+                    "end_frame": shot.last_frame_index + 1,
+                    "time_unit": "ms",
+                },
+            )
+        )
+        for position in by_shot.get(shot.shot, ()):
+            key = result.keyframes[position]
+            props: dict[str, object] = {
+                "video_id": document_id,
+                "shot": key.shot,
+                "keyframe": True,
+                "time_ms": key.time_ms,
+                "width": key.width,
+                "height": key.height,
+                "phash": key.phash,
+                "sharpness": key.sharpness,
+                "frame_numbering": "1-based",
+            }
+            if key.image is not None:
+                props["image_blob_ref"] = "blob:" + key.image.removeprefix("sha256:")
+                props["image_media_type"] = key.image_media_type
+            if key.duplicate_of is not None:
+                props["near_duplicate_of_frame"] = result.keyframes[key.duplicate_of].frame_index + 1
+                props["phash_distance"] = key.phash_distance
+            drafts.append(
+                LocusDraft(
+                    address=FrameRange(start_frame=key.frame_index + 1, end_frame=key.frame_index + 1),
+                    bounds=frame_bounds,
+                    properties=props,
+                )
+            )
+    return drafts

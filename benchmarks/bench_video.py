@@ -1,0 +1,186 @@
+"""Video shots and keyframes: frames/s and cut accuracy, mediafleet against the alternatives, one run.
+
+Clips: ten synthetic scenes (ffmpeg's lavfi sources: test patterns, fractals, cellular automata,
+gradients, colour bars) of 60 frames each at 30 fps, H.264 (libx264 veryfast, CRF 23), at 360p and
+1080p; the nine cuts are known exactly (frame 60, 120, ...). They are generated at run time into
+the system temp directory (cached between runs), never committed.
+
+Paths, each timed as the median of three runs on the same clip:
+
+1. ``ffmpeg -f null``: bare decode, the floor (FFmpeg's default threads);
+2. ``ffmpeg select='gt(scene,0.3)'``: FFmpeg's scene filter;
+3. PySceneDetect's CLI with its defaults (``list-scenes``; AdaptiveDetector, OpenCV backend),
+   and with ``save-images -n 1`` (one keyframe per scene, which it gets by seeking);
+4. PySceneDetect's API (``detect_scenes``), then one keyframe per shot by seeking to its middle;
+5. mediafleet: ``extract_keyframes`` (shots, keyframes picked, hashed and JPEG-encoded in the same
+   decoding pass), and the in-process dispatcher end to end (sniff, hash, store, extract, loci,
+   PROV-O, claim), with the worker's thread count set to the machine's cores.
+
+Run: ``.venv/bin/python benchmarks/bench_video.py``; figures go to ``benchmarks/results/video.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import median_seconds, table, write_results  # noqa: E402
+
+SCENES = 10
+SCENE_FRAMES = 60
+RATE = 30
+SOURCES = [
+    "testsrc2", "mandelbrot", "life=mold=10:life_color=#00ff00:death_color=#aa0000", "cellauto=rule=110",
+    "sierpinski", "gradients=speed=0.05", "smptehdbars", "rgbtestsrc", "testsrc", "yuvtestsrc",
+]
+KNOWN_CUTS = [SCENE_FRAMES * k for k in range(1, SCENES)]
+CACHE = Path(tempfile.gettempdir()) / "mediafleet-bench-video"
+VENV_BIN = Path(sys.executable).parent
+
+
+def make_clip(width: int, height: int) -> Path:
+    """Ten lavfi scenes, H.264; cached by size."""
+    path = CACHE / f"scenes-{height}p.mp4"
+    if path.exists():
+        return path
+    CACHE.mkdir(parents=True, exist_ok=True)
+    seconds = f"{SCENE_FRAMES / RATE:.6f}"
+    args: list[str] = []
+    chains = []
+    for i, source in enumerate(SOURCES[:SCENES]):
+        name, _, opts = source.partition("=")
+        spec = f"{name}=s={width}x{height}:r={RATE}" + (f":{opts}" if opts else "")
+        args += ["-f", "lavfi", "-t", seconds, "-i", spec]
+        chains.append(f"[{i}:v]format=yuv420p,setsar=1[v{i}]")
+    graph = ";".join(chains) + ";" + "".join(f"[v{i}]" for i in range(SCENES)) + f"concat=n={SCENES}:v=1:a=0[out]"
+    tmp = path.with_suffix(".part.mp4")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", *args, "-filter_complex", graph, "-map", "[out]",
+                    "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-pix_fmt", "yuv420p",
+                    "-r", str(RATE), "-movflags", "faststart", str(tmp)], check=True)
+    tmp.rename(path)
+    return path
+
+
+def accuracy(found: list[int]) -> dict[str, Any]:
+    hits = sorted(set(found) & set(KNOWN_CUTS))
+    return {"cuts": found, "exact_hits": len(hits), "missed": len(KNOWN_CUTS) - len(hits),
+            "false": len(set(found) - set(KNOWN_CUTS))}
+
+
+# --- the paths -------------------------------------------------------------------------------
+
+
+def ffmpeg_null(path: Path) -> list[int]:
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "null", "-"], check=True)
+    return []
+
+
+def ffmpeg_scene(path: Path) -> list[int]:
+    out = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(path), "-vf", "select='gt(scene,0.3)',metadata=print:file=-",
+         "-f", "null", "-"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return [round(float(t) * RATE) for t in re.findall(r"pts_time:([0-9.]+)", out)]
+
+
+def scenedetect_cli(path: Path, *extra: str) -> list[int]:
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([str(VENV_BIN / "scenedetect"), "-i", str(path), "-o", out, "-q", "list-scenes", "-s", *extra],
+                       check=True, capture_output=True)
+        with open(Path(out) / f"{path.stem}-Scenes.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    return [int(r["Start Frame"]) - 1 for r in rows[1:]]
+
+
+def scenedetect_api(path: Path, seek_keyframes: bool) -> list[int]:
+    from scenedetect import AdaptiveDetector, SceneManager, open_video
+
+    video = open_video(str(path))
+    manager = SceneManager()
+    manager.add_detector(AdaptiveDetector())
+    manager.detect_scenes(video)
+    scenes = manager.get_scene_list(start_in_scene=True)
+    if seek_keyframes:
+        for start, end in scenes:
+            video.seek((start.frame_num + end.frame_num) // 2)
+            video.read()
+    return [start.frame_num for start, _ in scenes[1:]]
+
+
+def mediafleet_extract(path: Path) -> list[int]:
+    from contract.manifest import default_manifest
+    from contract.video import VideoOptions
+    from workers.sink import MemorySink
+    from workers.video.extract import extract_keyframes
+
+    limits = default_manifest().capability("extract_keyframes").limits
+    result = extract_keyframes(path, VideoOptions(), limits, None, MemorySink())
+    return [s.first_frame_index for s in result.shots[1:]]
+
+
+def mediafleet_dispatch(dispatcher: Any, path: Path) -> list[int]:
+    bundle = dispatcher.submit(path).bundle()
+    assert bundle.status == "ok", bundle.error
+    return [n.properties["start_frame"] - 1 for n in bundle.nodes
+            if n.node_type == "Evidence" and n.properties.get("locus_kind") == "video_time_range"][1:]
+
+
+def main() -> None:
+    if shutil.which("ffmpeg") is None:
+        sys.exit("ffmpeg is not installed (bash tests/run.sh installs it)")
+    from mediafleet import Dispatcher, Settings
+    from workers.engines import EngineConfig, configure
+
+    threads = os.cpu_count() or 1
+    configure(EngineConfig(threads=threads))
+    blobs = Path(tempfile.mkdtemp(prefix="mf-bench-video-"))
+    dispatcher = Dispatcher(Settings(blob_root=blobs, threads=threads))
+    figures: dict[str, Any] = {}
+    for label, (width, height) in {"360p": (640, 360), "1080p": (1920, 1080)}.items():
+        clip = make_clip(width, height)
+        frames = SCENES * SCENE_FRAMES
+        paths: list[tuple[str, Callable[[], list[int]]]] = [
+            ("ffmpeg -f null (bare decode, floor)", lambda: ffmpeg_null(clip)),
+            ("ffmpeg select='gt(scene,0.3)'", lambda: ffmpeg_scene(clip)),
+            ("PySceneDetect CLI, defaults (list-scenes)", lambda: scenedetect_cli(clip)),
+            ("PySceneDetect CLI + save-images -n 1", lambda: scenedetect_cli(clip, "save-images", "-n", "1")),
+            ("PySceneDetect API + seek a keyframe per shot", lambda: scenedetect_api(clip, True)),
+            ("mediafleet extract_keyframes (shots + keyframes)", lambda: mediafleet_extract(clip)),
+            ("mediafleet in-process dispatcher, end to end", lambda: mediafleet_dispatch(dispatcher, clip)),
+        ]
+        mediafleet_extract(clip)  # warm imports and OpenCV before timing
+        rows = [("path", "seconds", "frames/s", "vs bare decode", "cuts exact", "false cuts")]
+        results: dict[str, Any] = {}
+        floor = None
+        for name, fn in paths:
+            found: list[list[int]] = []
+            seconds = median_seconds(lambda fn=fn: found.append(fn()))  # type: ignore[misc]
+            floor = floor or seconds
+            acc = accuracy(found[-1]) if name != paths[0][0] else None
+            results[name] = {"seconds": round(seconds, 4), "frames_per_s": round(frames / seconds, 1),
+                             "ratio_to_bare_decode": round(floor / seconds, 3), "accuracy": acc}
+            rows.append((name, f"{seconds:.3f}", f"{frames / seconds:,.0f}", f"{floor / seconds:.2f}x",
+                         f"{acc['exact_hits']}/{len(KNOWN_CUTS)}" if acc else "-", str(acc["false"]) if acc else "-"))
+        print(f"\n{label}: {frames} frames, {len(KNOWN_CUTS)} known cuts, {threads} threads")
+        print(table(rows))
+        figures[label] = {"width": width, "height": height, "frames": frames, "known_cuts": KNOWN_CUTS, "paths": results}
+    shutil.rmtree(blobs, ignore_errors=True)
+    out = write_results("video", {"threads": threads, "clips": figures,
+                                  "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

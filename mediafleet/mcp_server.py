@@ -1,0 +1,432 @@
+"""``mediafleet serve-mcp``: the four sidecar tools today's callers already call, in front of the fleet.
+
+The callers (CONTRACT.md section 5) make one MCP tool call per artifact, with arguments
+``{"action": <action>, "params_json": <a JSON object, as a string>}``:
+
+============================  ======================  ==========================================
+tool                          action                  capability of the manifest in force
+============================  ======================  ==========================================
+``pdf_action``                ``ocr_pdf``             PDF text layer: pages and line boxes
+``image_decode``              ``analyze_image``       image: pHash, thumbnail, text regions
+``transcribe_media``          ``transcribe_segments`` audio: timed segments
+``video_keyframes``           ``extract_keyframes``   video: shots and keyframes
+============================  ======================  ==========================================
+
+Params: ``digest`` (``sha256:<hex>`` or the bare hex), ``media_type``, and either
+``artifact_b64`` (the bytes, standard base64) or ``blob_ref`` (``blob:<hex>``: an artifact the
+fleet's blob store already holds, for one too big to pass inline), plus the capability's declared
+options by name. Anything else is refused. The checks, in order, all before any work: the tool
+and action are known; the capability is declared (else ``available: false``); ``params_json`` is
+one JSON object with no unknown or repeated keys; the size implied by the base64 length is within
+the capability's and this server's inline limit (before decoding); the decoded bytes hash to
+``digest``. The dispatcher then sniffs the type (refusing a ``media_type`` that disagrees), checks
+the options against the manifest and runs the job in-process or on the fleet, per the settings.
+
+A response is one JSON object, as the tool result's structured content and as its text: the
+callers' shape (see :mod:`adapters.caller`) and the full evidence bundle beside it (``bundle``).
+A refusal or failure is a tool result with ``isError: true`` whose ``error`` is a public-safe
+message (no paths, no library text, no stack trace); the bundle of a failed job records a
+``failed`` activity and no claim, so nothing reports it as ``ok``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.caller import caller_response, failure_response, inline_wanted
+from contract.bundle import EvidenceBundle
+from contract.errors import (
+    CapabilityRefused,
+    ErrorCode,
+    IntegrityError,
+    LimitExceeded,
+    MediafleetError,
+    Phase,
+    PublicError,
+    TimedOut,
+    to_public,
+)
+from contract.manifest import Capability
+from mediafleet.dispatch import Dispatcher, Job
+
+__all__ = ["DEFAULT_MAX_INLINE_BYTES", "TOOLS", "SidecarTools", "build_server", "serve"]
+
+log = logging.getLogger("mediafleet.mcp")
+
+# The callers' tool -> the one action (and manifest capability) it serves.
+TOOLS: dict[str, str] = {
+    "pdf_action": "ocr_pdf",
+    "image_decode": "analyze_image",
+    "transcribe_media": "transcribe_segments",
+    "video_keyframes": "extract_keyframes",
+}
+
+DEFAULT_MAX_INLINE_BYTES = 64 * 1024 * 1024
+_ARTIFACT_PARAMS = frozenset({"digest", "media_type", "artifact_b64", "blob_ref"})
+_ARGUMENTS = frozenset({"action", "params_json"})
+_HEX = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
+_BLOB_REF = re.compile(r"(?:blob:|sha256:)([0-9a-f]{64})")
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]{0,126}/[A-Za-z0-9][\w!#$&^.+-]{0,126}(?:\s*;[ -~]{0,128})?")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_PNG = b"\x89PNG\r\n\x1a\n"
+_WAIT_MARGIN_S = 60.0
+
+
+def _refuse(message: str) -> CapabilityRefused:
+    return CapabilityRefused(message, code=ErrorCode.INVALID_REQUEST)
+
+
+def _shown(name: object) -> str:
+    """A caller-supplied name, echoed only when it is short and plain."""
+    return repr(name) if isinstance(name, str) and _SAFE_NAME.fullmatch(name) else "(a name not shown)"
+
+
+class _Failed(Exception):
+    """A job that ran (or was refused by the dispatcher) and failed: its public error and bundle."""
+
+    def __init__(self, error: PublicError, bundle: EvidenceBundle | None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.bundle = bundle
+
+
+@dataclass(frozen=True)
+class _Request:
+    digest: str
+    media_type: str
+    data: bytes | None  # None: the artifact is the stored blob named by digest
+    options: dict[str, Any]
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _refuse(f"params_json repeats the key {_shown(key)}")
+        out[key] = value
+    return out
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError("NaN and Infinity are not JSON")
+
+
+def _params(params_json: str) -> dict[str, Any]:
+    try:
+        params = json.loads(params_json, object_pairs_hook=_no_repeats, parse_constant=_not_json)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; deep nesting recurses
+        raise _refuse("params_json is not valid JSON") from None
+    if not isinstance(params, dict):
+        raise _refuse("params_json must be a JSON object")
+    return params
+
+
+def _b64_size(text: str) -> int:
+    """The decoded size of standard, padded base64 text, from its length alone."""
+    if len(text) % 4:
+        raise _refuse("artifact_b64 is not valid base64 (standard alphabet, padded)")
+    return len(text) // 4 * 3 - (2 if text.endswith("==") else 1 if text.endswith("=") else 0)
+
+
+class SidecarTools:
+    """The four tools over one dispatcher, as plain synchronous calls (the MCP layer is thin).
+
+    Args:
+        dispatcher: built once from the settings (in-process without a broker, the fleet with one).
+        max_inline_bytes: the most bytes one call carries inline, either way: the decoded
+            artifact in ``artifact_b64``, and the images inlined in the response.
+        wait_s: how long a call waits for its job; default the capability's hard time limit plus a
+            minute. A call that waits longer answers ``timeout`` (retryable: calling again with
+            the same artifact attaches to the same job).
+    """
+
+    def __init__(self, dispatcher: Dispatcher, *, max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
+                 wait_s: float | None = None) -> None:
+        if max_inline_bytes <= 0:
+            raise ValueError("max_inline_bytes must be > 0")
+        self.dispatcher = dispatcher
+        self.max_inline_bytes = max_inline_bytes
+        self.wait_s = wait_s
+
+    # -- what the tools say about themselves ------------------------------------------------
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each tool's name, description and input schema (``additionalProperties: false``)."""
+        out = []
+        for tool, action in TOOLS.items():
+            capability = self.dispatcher.manifest.capabilities.get(action)
+            if capability is None:
+                state = "Not declared by the manifest in force: every call answers available: false."
+            else:
+                options = ", ".join(sorted(capability.options)) or "none"
+                state = f"Accepts {', '.join(capability.media_types)}; options: {options}."
+            out.append({
+                "name": tool,
+                "description": f"mediafleet {action}: the callers' {tool} sidecar tool. {state} "
+                               "params_json: a JSON object with digest, media_type, and artifact_b64 "
+                               "or blob_ref, plus declared options.",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {
+                        "action": {"type": "string", "enum": [action]},
+                        "params_json": {"type": "string", "description": "a JSON object, as a string"},
+                    },
+                    "required": ["action", "params_json"],
+                    "additionalProperties": False,
+                },
+            })
+        return out
+
+    # -- one call -------------------------------------------------------------------------------
+
+    def call(self, tool: str, arguments: Mapping[str, Any] | None) -> tuple[dict[str, Any], bool]:
+        """Answer one tool call: ``(response object, is_error)``. Never raises."""
+        started = time.monotonic()
+        bundle: EvidenceBundle | None = None
+        try:
+            response = self._call(tool, arguments or {})
+            bundle_data = response["bundle"]
+            log.info("%s: ok, job %s, %d loci, %.0f ms", tool, bundle_data["job_id"],
+                     sum(n["node_type"] == "Evidence" for n in bundle_data["nodes"]),
+                     (time.monotonic() - started) * 1000)
+            return response, False
+        except _Failed as failed:
+            error, bundle = failed.error, failed.bundle
+        except MediafleetError as exc:
+            error = exc.public()
+        except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes a public error
+            if _unreachable(exc):
+                error = PublicError(code=ErrorCode.ENGINE_UNAVAILABLE, message="the fleet cannot be reached",
+                                    retryable=True)
+                log.warning("%s: the fleet cannot be reached (%s)", tool, type(exc).__name__)
+            else:
+                log.exception("%s: unexpected failure", tool)
+                error = to_public(exc)
+        log.info("%s: refused or failed: %s, %.0f ms", tool, error.code.value, (time.monotonic() - started) * 1000)
+        return failure_response(error, bundle), True
+
+    def _call(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        action = TOOLS.get(tool)
+        if action is None:
+            raise CapabilityRefused(f"there is no tool named {_shown(tool)} here")
+        extra = set(arguments) - _ARGUMENTS
+        if extra:
+            raise _refuse(f"unknown arguments: {', '.join(sorted(_shown(k) for k in extra))}; "
+                          "a call takes exactly action and params_json")
+        if not isinstance(arguments.get("action"), str) or not isinstance(arguments.get("params_json"), str):
+            raise _refuse("a call takes action and params_json, both strings")
+        if arguments["action"] != action:
+            raise _refuse(f"{tool} has no action {_shown(arguments['action'])}; its action is {action!r}")
+        capability = self.dispatcher.manifest.capabilities.get(action)
+        if capability is None:
+            raise CapabilityRefused(f"{action} is not declared by the manifest in force")
+        request = self._request(_params(arguments["params_json"]), capability)
+        bundle = self._run(request, capability)
+        if bundle.status != "ok":
+            assert bundle.error is not None
+            raise _Failed(bundle.error, bundle)
+        return caller_response(bundle, self._inline(bundle))
+
+    def _request(self, params: dict[str, Any], capability: Capability) -> _Request:
+        unknown = set(params) - _ARTIFACT_PARAMS - set(capability.options)
+        if unknown:
+            raise _refuse(f"unknown params for {capability.action}: {', '.join(sorted(_shown(k) for k in unknown))}")
+        digest_text = params.get("digest")
+        match = _HEX.fullmatch(digest_text) if isinstance(digest_text, str) else None
+        if match is None:
+            raise _refuse("digest must be a sha256 digest: 'sha256:' and 64 hex characters, or the bare hex")
+        digest = "sha256:" + match.group(1).lower()
+        media_type = params.get("media_type")
+        if not isinstance(media_type, str) or not _MEDIA_TYPE.fullmatch(media_type):
+            raise _refuse("media_type must be a media type such as application/pdf")
+        options = {k: v for k, v in params.items() if k not in _ARTIFACT_PARAMS}
+        if ("artifact_b64" in params) == ("blob_ref" in params):
+            raise _refuse("give exactly one of artifact_b64 (the bytes) and blob_ref (a blob the fleet holds)")
+        if "blob_ref" in params:
+            ref = params["blob_ref"]
+            ref_match = _BLOB_REF.fullmatch(ref) if isinstance(ref, str) else None
+            if ref_match is None:
+                raise _refuse("blob_ref must be 'blob:' and 64 lowercase hex characters")
+            if "sha256:" + ref_match.group(1) != digest:
+                raise _refuse("blob_ref and digest name different artifacts")
+            return _Request(digest, media_type, None, options)
+        encoded = params["artifact_b64"]
+        if not isinstance(encoded, str):
+            raise _refuse("artifact_b64 must be a string")
+        size = _b64_size(encoded)
+        capability.check_size(size)
+        if size > self.max_inline_bytes:
+            raise LimitExceeded(f"the artifact is larger than this server's {self.max_inline_bytes}-byte inline "
+                                "limit; put it in the fleet's blob store and pass blob_ref")
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise _refuse("artifact_b64 is not valid base64 (standard alphabet, padded)") from None
+        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+            raise IntegrityError("the artifact's bytes do not match the digest given", phase=Phase.REQUEST)
+        return _Request(digest, media_type, data, options)
+
+    def _run(self, request: _Request, capability: Capability) -> EvidenceBundle:
+        kwargs: dict[str, Any] = {"action": capability.action, "media_type": request.media_type,
+                                  "options": request.options}
+        job: Job
+        if request.data is None:
+            job = self.dispatcher.submit_stored(request.digest, **kwargs)
+        else:
+            job = self.dispatcher.submit(request.data, **kwargs)
+        wait = self.wait_s if self.wait_s is not None else capability.time_limits.hard_s + _WAIT_MARGIN_S
+        try:
+            return job.bundle(timeout=wait)
+        except TimedOut:
+            raise _Failed(PublicError(code=ErrorCode.TIMEOUT, retryable=True,
+                                      message="the job did not finish while this call waited; calling again "
+                                              "with the same artifact attaches to the same job"), None) from None
+
+    # -- images inline -------------------------------------------------------------------------
+
+    def _inline(self, bundle: EvidenceBundle) -> dict[str, str]:
+        """Base64 PNGs of the images the caller wants inline, read from the blob store now."""
+        budget = self.max_inline_bytes
+        inline: dict[str, str] = {}
+        for ref in inline_wanted(bundle):
+            png = self._png(ref)
+            if png is None:
+                continue
+            encoded = base64.b64encode(png).decode("ascii")
+            if len(encoded) > budget:
+                log.info("inline budget spent: %d image(s) not inlined", len(inline_wanted(bundle)) - len(inline))
+                break
+            budget -= len(encoded)
+            inline[ref] = encoded
+        return inline
+
+    def _png(self, blob_ref: str) -> bytes | None:
+        digest = "sha256:" + blob_ref.removeprefix("blob:")
+        try:
+            with self.dispatcher.store.verified_path(digest) as path:
+                data = path.read_bytes()
+        except MediafleetError as exc:
+            log.warning("image %s not inlined: %s", blob_ref[:17], exc.code.value)
+            return None
+        if data.startswith(_PNG):
+            return data
+        return _to_png(data)
+
+
+def _to_png(data: bytes) -> bytes | None:
+    """A stored JPEG re-encoded as PNG (the callers' key is ``png_b64``); None when Pillow is absent."""
+    try:
+        from PIL import Image
+    except ImportError:
+        log.warning("Pillow is not installed: JPEG images are not inlined as PNG")
+        return None
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            out = io.BytesIO()
+            image.save(out, format="PNG")
+    except Exception:  # noqa: BLE001 - a damaged image is left out, never a failed call
+        log.warning("a stored image could not be re-encoded as PNG")
+        return None
+    return out.getvalue()
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """The broker or result backend is not there (not a bad artifact)."""
+    if isinstance(exc, ConnectionError):
+        return True
+    try:
+        from kombu.exceptions import OperationalError
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeout
+    except ImportError:  # pragma: no cover - celery[redis] is a core dependency
+        return False
+    return isinstance(exc, (OperationalError, RedisConnectionError, RedisTimeout))
+
+
+# -- the MCP layer ------------------------------------------------------------------------------
+
+
+def build_server(tools: SidecarTools) -> Any:
+    """The low-level MCP server for the four tools (the SDK's ``mcp.server.lowlevel.Server``).
+
+    The low-level server is used, not ``MCPServer``, so argument checking and every error message
+    are ours: the SDK's own validation errors would echo the caller's values.
+    """
+    import anyio
+    import anyio.to_thread
+    import mcp.types as types
+    from mcp.server.lowlevel import Server
+
+    listed = [types.Tool(**spec) for spec in tools.describe()]
+    # One job at a time per server: extractors in this process are not shared across threads, and
+    # the fleet's result backend is read by one thread. Created on first use, inside the event loop.
+    limiter: list[Any] = []
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        if not limiter:
+            limiter.append(anyio.CapacityLimiter(1))
+        response, is_error = await anyio.to_thread.run_sync(tools.call, params.name, params.arguments,
+                                                            limiter=limiter[0])
+        text = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=response, is_error=is_error)
+
+    return Server("mediafleet", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,
+                  instructions="The media sidecar tools of the evidence pipeline: pdf_action, image_decode, "
+                               "transcribe_media, video_keyframes. Each takes action and params_json.")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("mediafleet")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0"
+
+
+def http_body_limit(max_inline_bytes: int) -> int:
+    """The largest request body the HTTP transport takes: the base64 of the inline limit, plus room."""
+    return (max_inline_bytes + 2) // 3 * 4 + 1024 * 1024
+
+
+def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Serve until stdin closes (stdio) or the process is stopped (streamable HTTP at ``/mcp``).
+
+    HTTP answers with plain JSON bodies (no SSE stream), so a large response is not cut by an SSE
+    client's event-size limit; on a loopback host the SDK's DNS-rebinding protection is on.
+    """
+    import anyio
+
+    server = build_server(tools)
+    if not http:
+        from mcp.server.stdio import stdio_server
+
+        async def run_stdio() -> None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+
+        anyio.run(run_stdio)
+        return
+
+    import uvicorn
+
+    app = server.streamable_http_app(json_response=True, host=host,
+                                     max_request_body_size=http_body_limit(tools.max_inline_bytes))
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    print(f"mediafleet serve-mcp: streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+    anyio.run(uvicorn.Server(config).serve)

@@ -1,0 +1,75 @@
+"""Which workers are alive, what device class they serve and which queues they consume.
+
+Each worker's main process announces itself in Redis (``mediafleet:worker:<hostname>``) when it is
+ready and every ``HEARTBEAT_S`` after; the key expires ``TTL_S`` after the last beat, so a worker
+killed outright drops out within that time. The dispatcher routes on this, with no broadcast round
+trip per submit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["HEARTBEAT_S", "TTL_S", "Announcer", "LiveWorker", "live_workers"]
+
+_PREFIX = "mediafleet:worker:"
+HEARTBEAT_S = 5.0
+TTL_S = 15
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    hostname: str
+    device: str
+    queues: tuple[str, ...]
+    pid: int
+    seen_at: float
+
+
+def live_workers(client: Any) -> list[LiveWorker]:
+    """Every worker whose heartbeat has not expired."""
+    out = []
+    for key in client.scan_iter(match=_PREFIX + "*", count=100):
+        raw = client.get(key)
+        if raw is None:
+            continue
+        data = json.loads(raw)
+        out.append(LiveWorker(data["hostname"], data["device"], tuple(data["queues"]), data["pid"], data["at"]))
+    return sorted(out, key=lambda w: w.hostname)
+
+
+class Announcer:
+    """A daemon thread in the worker's main process that keeps its presence key alive."""
+
+    def __init__(self, client: Any, hostname: str, device: str, queues: list[str]) -> None:
+        self._client = client
+        self._key = _PREFIX + hostname
+        self._body = {"hostname": hostname, "device": device, "queues": sorted(queues), "pid": os.getpid()}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mediafleet-presence", daemon=True)
+
+    def start(self) -> None:
+        self._beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self._client.delete(self._key)
+        except Exception:  # noqa: BLE001 - shutting down; the key expires anyway
+            pass
+
+    def _beat(self) -> None:
+        self._client.set(self._key, json.dumps({**self._body, "at": time.time()}), ex=TTL_S)
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._beat()
+            except Exception:  # noqa: BLE001 - Redis briefly away: beat again next time
+                continue

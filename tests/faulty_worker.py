@@ -1,0 +1,52 @@
+"""A real ``mediafleet worker`` whose PDF extractor misbehaves on marked inputs.
+
+Test scaffolding for crash safety: everything is the real worker (Celery, Redis, the task shell, the
+job records) except that the ``ocr_pdf`` extractor first looks for a marker in the PDF's title:
+
+* ``MF-CRASH``: the pool process kills itself with SIGKILL (a segfault or an OOM kill);
+* ``MF-HANG``: it swallows the soft time limit and sleeps until the hard limit kills it;
+* ``MF-SLOW``: it takes ~4 s, reporting progress, before extracting (time to kill or cancel it).
+
+Run as ``python -m tests.faulty_worker worker ...`` (the same arguments as ``mediafleet``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workers import extractor
+from workers.pdf import textlayer
+
+SLOW_STEPS = 40
+
+
+def extract(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
+    head = path.read_bytes()[:8192]
+    if b"MF-CRASH" in head:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if b"MF-HANG" in head:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.05)
+            except BaseException:  # noqa: BLE001, S110 - the soft limit: ignored on purpose
+                pass
+    if b"MF-SLOW" in head:
+        for step in range(1, SLOW_STEPS + 1):
+            time.sleep(0.1)
+            if progress is not None:
+                progress(step, SLOW_STEPS)
+    return textlayer.extract_pdf(path, options, limits, None, sink)
+
+
+extractor.EXTRACTORS["ocr_pdf"] = "tests.faulty_worker:extract"
+
+if __name__ == "__main__":
+    from mediafleet.cli import main
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,220 @@
+"""Fleet operations with real processes: job records, routing, cancellation, priorities, crashes.
+
+Every test runs a real redis-server and real ``mediafleet worker`` processes. Misbehaving
+extractors come from tests/faulty_worker.py (the only scaffolding: a marker in the PDF's title makes
+the real worker's extractor crash, hang or go slowly).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from contract import ErrorCode, JobState, default_manifest
+from mediafleet import Dispatcher, Settings
+from mediafleet.jobstore import MAX_DELIVERIES
+from tests.helpers import without_run
+from tests.media import marked_pdf, text_pdf
+from workers.app import create_app, visibility_timeout_s
+
+pytestmark = pytest.mark.integration
+
+FAULTY = "tests.faulty_worker"
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def fleet(fleet_env: dict[str, str], tmp_path: Path, **over: object) -> Dispatcher:
+    settings = Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]),
+                        **over)
+    return Dispatcher(settings)
+
+
+def test_a_job_with_no_live_worker_is_held_then_runs(fleet_env, start_worker, tmp_path: Path) -> None:
+    dispatcher = fleet(fleet_env, tmp_path)
+    job = dispatcher.submit(text_pdf(1))
+    record = dispatcher.jobs().get(job.id)
+    assert record.state == JobState.HELD and "no live worker for ocr_pdf on cpu" in record.held_reason
+    assert dispatcher.status()["queues"]["mf.ocr_pdf.cpu"] == 1
+    start_worker("--concurrency=1")
+    assert job.bundle(timeout=120).status == "ok"
+    assert dispatcher.jobs().get(job.id).state == JobState.DONE
+    assert dispatcher.status()["workers"]["cpu"]
+
+
+def test_progress_is_recorded_and_the_state_is_never_ambiguous(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1", module=FAULTY)
+    dispatcher = fleet(fleet_env, tmp_path)
+    assert dispatcher.job("mf-" + "0" * 32) is None  # unknown is unknown, not PENDING
+    job = dispatcher.submit(marked_pdf("MF-SLOW"))
+    assert job.state() == JobState.QUEUED
+    seen = []
+    bundle = job.bundle(timeout=120, on_progress=seen.append)
+    assert bundle.status == "ok"
+    assert seen and all(p.unit == "pages" and p.total == 40 for p in seen)
+    assert [p.done for p in seen] == sorted(p.done for p in seen)
+    record = dispatcher.jobs().get(job.id)
+    assert record.state == JobState.DONE and record.attempts == 1 and record.completions == 1
+
+
+def test_cancelling_a_queued_job_means_it_never_runs(fleet_env, start_worker, tmp_path: Path) -> None:
+    dispatcher = fleet(fleet_env, tmp_path)
+    job = dispatcher.submit(text_pdf(1))
+    assert dispatcher.cancel(job.id) == JobState.CANCELLED
+    start_worker("--concurrency=1")
+    after = dispatcher.submit(text_pdf(2)).bundle(timeout=120)  # the queue keeps flowing
+    assert after.status == "ok"
+    bundle = job.bundle(timeout=60)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.CANCELLED
+    assert dispatcher.jobs().get(job.id).completions == 0
+
+
+def test_cancelling_a_running_job_stops_it(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1", module=FAULTY)
+    dispatcher = fleet(fleet_env, tmp_path)
+    slow = marked_pdf("MF-SLOW")
+    job = dispatcher.submit(slow)
+    wait_for(lambda: (p := job.progress()) is not None and p.done > 0, what="progress")
+    assert job.cancel() == JobState.CANCELLED
+    bundle = job.bundle(timeout=60)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.CANCELLED
+    record = dispatcher.jobs().get(job.id)
+    assert record.state == JobState.CANCELLED and record.progress.done < 40 and record.completions == 0
+    # resubmitting a cancelled job runs it again
+    again = dispatcher.submit(slow)
+    assert again.id == job.id and again.bundle(timeout=120).status == "ok"
+
+
+def test_higher_priority_jobs_run_first(fleet_env, start_worker, tmp_path: Path) -> None:
+    dispatcher = fleet(fleet_env, tmp_path)
+    low = [dispatcher.submit(text_pdf(1 + i), priority=1) for i in range(3)]
+    high = dispatcher.submit(text_pdf(9), priority=9)
+    start_worker("--concurrency=1")
+    bundles = {j.id: j.bundle(timeout=120) for j in [*low, high]}
+    started = sorted(bundles.values(), key=lambda b: next(
+        n.properties["startedAtTime"] for n in b.nodes if n.node_type == "ProvenanceActivity"))
+    assert started[0].job_id == high.id
+
+
+def test_a_worker_killed_mid_task_redelivers_and_completes_once(fleet_env, start_worker, tmp_path: Path) -> None:
+    worker = start_worker("--concurrency=1", module=FAULTY)
+    dispatcher = fleet(fleet_env, tmp_path)
+    pdf = marked_pdf("MF-SLOW", pages=2)
+    job = dispatcher.submit(pdf)
+    wait_for(lambda: (p := job.progress()) is not None and p.done > 0, what="the job to start")
+    (child,) = worker.child_pids()
+    os.kill(child, signal.SIGKILL)
+    bundle = job.bundle(timeout=180)
+    assert bundle.status == "ok"
+    record = dispatcher.jobs().get(job.id)
+    assert record.attempts == 2 and record.completions == 1
+    ids = [n.id for n in bundle.nodes]
+    assert len(ids) == len(set(ids))
+    uninterrupted = Dispatcher(Settings(blob_root=tmp_path / "local")).submit(pdf).bundle()
+    assert without_run(bundle) == without_run(uninterrupted)
+
+
+def test_an_input_that_always_crashes_its_worker_fails_after_bounded_redeliveries(
+    fleet_env, start_worker, tmp_path: Path
+) -> None:
+    worker = start_worker("--concurrency=1", module=FAULTY)
+    dispatcher = fleet(fleet_env, tmp_path)
+    poison = dispatcher.submit(marked_pdf("MF-CRASH"))
+    good = dispatcher.submit(text_pdf(2))
+    bundle = poison.bundle(timeout=240)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.WORKER_LOST
+    assert "Traceback" not in bundle.error.message
+    assert dispatcher.jobs().get(poison.id).attempts == MAX_DELIVERIES + 1
+    assert good.bundle(timeout=120).status == "ok"
+    assert worker.proc.poll() is None  # the worker itself kept serving
+
+
+def test_past_the_hard_time_limit_the_process_is_replaced_and_the_job_times_out(
+    fleet_env, start_worker, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"capabilities": {"ocr_pdf": {"time_limits": {"soft_s": 1, "hard_s": 3}}}}')
+    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest)}
+    worker = start_worker("--concurrency=1", module=FAULTY, env=env)
+    dispatcher = fleet(fleet_env, tmp_path, manifest_file=manifest)
+    (before,) = worker.child_pids()
+    bundle = dispatcher.submit(marked_pdf("MF-HANG")).bundle(timeout=120)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.TIMEOUT
+    wait_for(lambda: worker.child_pids() and worker.child_pids() != [before], what="a new pool process")
+    assert dispatcher.submit(text_pdf(1)).bundle(timeout=120).status == "ok"
+
+
+def test_the_soft_time_limit_fails_the_job_without_losing_the_process(fleet_env, start_worker, tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"capabilities": {"ocr_pdf": {"time_limits": {"soft_s": 1, "hard_s": 30}}}}')
+    worker = start_worker("--concurrency=1", module=FAULTY, env={"MEDIAFLEET_MANIFEST_FILE": str(manifest)})
+    dispatcher = fleet(fleet_env, tmp_path, manifest_file=manifest)
+    (before,) = worker.child_pids()
+    bundle = dispatcher.submit(marked_pdf("MF-SLOW")).bundle(timeout=120)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.TIMEOUT
+    assert worker.child_pids() == [before]
+
+
+def test_a_worker_over_its_memory_cap_is_recycled_after_its_task(fleet_env, start_worker, tmp_path: Path) -> None:
+    worker = start_worker("--concurrency=1", "--max-memory-per-child=1")  # KiB: always over after a task
+    dispatcher = fleet(fleet_env, tmp_path)
+    first = dispatcher.submit(text_pdf(1))
+    assert first.bundle(timeout=120).status == "ok"
+    pid_first = dispatcher.jobs().get(first.id).pid
+    second = dispatcher.submit(text_pdf(2))
+    assert second.bundle(timeout=120).status == "ok"
+    assert dispatcher.jobs().get(second.id).pid != pid_first
+    assert worker.proc.poll() is None
+
+
+def test_visibility_timeout_outlasts_the_longest_hard_time_limit() -> None:
+    manifest = default_manifest()
+    longest = max(c.time_limits.hard_s for c in manifest.capabilities.values())
+    assert visibility_timeout_s(manifest) > longest
+    from mediafleet.settings import Settings as S
+
+    app = create_app(S(broker_url="redis://127.0.0.1:1/0"), manifest)
+    assert app.conf.broker_transport_options["visibility_timeout"] == visibility_timeout_s(manifest)
+    assert app.conf.task_acks_late and app.conf.task_reject_on_worker_lost
+    assert app.conf.worker_prefetch_multiplier == 1 and app.conf.accept_content == ["json"]
+
+
+def test_a_redis_restart_loses_no_queued_or_finished_job(start_worker, tmp_path: Path) -> None:
+    from tests.conftest import RedisServer
+
+    server = RedisServer(tmp_path / "redis-aof", appendonly=True)
+    server.start()
+    try:
+        env = {"MEDIAFLEET_BROKER_URL": server.url, "MEDIAFLEET_BLOB_ROOT": str(tmp_path / "blobs")}
+        dispatcher = Dispatcher(Settings(broker_url=server.url, blob_root=tmp_path / "blobs"))
+        worker = start_worker("--concurrency=1", env=env)
+        finished = dispatcher.submit(text_pdf(1))
+        finished_bundle = finished.bundle(timeout=120)
+        worker.stop()
+        queued = [dispatcher.submit(text_pdf(2 + i)) for i in range(2)]
+        assert all(dispatcher.jobs().get(j.id).state in (JobState.QUEUED, JobState.HELD) for j in queued)
+
+        redis.Redis.from_url(server.url).shutdown(save=True)
+        server.proc.wait(timeout=10)
+        server.start()
+
+        fresh = Dispatcher(Settings(broker_url=server.url, blob_root=tmp_path / "blobs"))
+        assert fresh.job(finished.id).bundle(timeout=30).model_dump() == finished_bundle.model_dump()
+        start_worker("--concurrency=1", env=env)
+        for job in queued:
+            assert fresh.job(job.id).bundle(timeout=120).status == "ok"
+    finally:
+        server.stop()

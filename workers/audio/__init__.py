@@ -1,0 +1,1 @@
+"""Audio transcription (``transcribe_segments``): decode, find speech, transcribe, in bounded memory."""

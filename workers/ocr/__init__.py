@@ -1,0 +1,7 @@
+"""OCR with RapidOCR (PP-OCRv4 ONNX models run by onnxruntime), shared by the PDF and image paths.
+
+``engine`` builds the models once per process; ``device`` is the start-up check of a worker's
+device class; ``lines`` finds and reads the text lines of an image; ``ctc`` decodes the
+recogniser's output with each character's position; ``spacing`` puts back the spaces between
+words that the recogniser drops.
+"""

@@ -1,0 +1,50 @@
+"""Start-up check for a worker that serves OCR on a device class (``DEVICE_CHECKS``).
+
+Runs in the worker's parent before any fork: it creates no session and initialises no CUDA
+context. The GPU class needs onnxruntime's CUDA provider (the ``ocr-gpu`` extra) and a GPU the
+NVIDIA driver lists; without both the worker refuses to start rather than quietly running on CPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from contract.errors import Unavailable
+from contract.manifest import DeviceClass
+
+__all__ = ["check_device", "visible_gpus"]
+
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+def visible_gpus() -> int:
+    """How many GPUs ``nvidia-smi -L`` lists (0 without the driver's tool), asked in a child process."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def check_device(device: DeviceClass) -> None:
+    """Refuse a device class this machine cannot really serve.
+
+    Raises:
+        Unavailable: the GPU class without onnxruntime's CUDA provider or without a visible GPU.
+    """
+    if device != DeviceClass.GPU:
+        return
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise Unavailable("onnxruntime is not installed, so OCR cannot run on the GPU") from exc
+    if CUDA_PROVIDER not in onnxruntime.get_available_providers():
+        raise Unavailable(
+            "onnxruntime's CUDA provider is not installed (install the ocr-gpu extra); OCR will not fall back to CPU"
+        )
+    if visible_gpus() < 1:
+        raise Unavailable("no GPU is visible to this worker; OCR will not fall back to CPU")

@@ -1,0 +1,170 @@
+"""The RapidOCR engine: built once per process, lazily, on the process's threads and device.
+
+Nothing loads at import: the first OCR job in a process builds the detector, the line-orientation
+classifier and the recogniser (about a second), after the worker's fork, with onnxruntime's
+intra-op threads capped to :func:`workers.engines.engine_config` ``threads`` (onnxruntime ignores
+``OMP_NUM_THREADS``). On the GPU device class every session must run on onnxruntime's CUDA
+provider; RapidOCR itself would fall back to CPU with a log line, so the engine checks the
+sessions it got and refuses instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from contract.common import ModelRef, sha256_digest
+from contract.errors import Unavailable
+from contract.manifest import DeviceClass
+from workers.engines import engine_config
+from workers.ocr.ctc import Decoded, decode
+
+__all__ = ["ENGINE", "OcrEngine", "get_engine"]
+
+ENGINE = "rapidocr-onnxruntime"
+_CUDA = "CUDAExecutionProvider"
+# A recogniser batch: lines of similar width (sorted), so little of each batch is padding.
+_REC_BATCH = 8
+
+
+class OcrEngine:
+    """RapidOCR's three models in this process, and what provenance needs to know about them.
+
+    Args:
+        threads: onnxruntime intra-op threads per session (the process's share of the cores).
+        device: the worker's device class; ``gpu`` requires every session on CUDA.
+
+    Raises:
+        Unavailable: rapidocr-onnxruntime is not installed, or the GPU class got no CUDA session.
+    """
+
+    def __init__(self, threads: int = 1, device: DeviceClass = DeviceClass.CPU) -> None:
+        try:
+            from rapidocr_onnxruntime import RapidOCR
+            from rapidocr_onnxruntime.main import DEFAULT_CFG_PATH
+            from rapidocr_onnxruntime.utils import read_yaml, update_model_path
+        except ImportError as exc:
+            raise Unavailable("the OCR engine (rapidocr-onnxruntime) is not installed on this worker") from exc
+        cuda = device == DeviceClass.GPU
+        threads = max(1, min(threads, os.cpu_count() or 1))
+        self._ocr = RapidOCR(
+            use_cls=False,
+            print_verbose=False,
+            intra_op_num_threads=threads,
+            inter_op_num_threads=1,
+            det_use_cuda=cuda,
+            cls_use_cuda=cuda,
+            rec_use_cuda=cuda,
+        )
+        self.version = metadata.version(ENGINE)
+        self.runtime_version = _version("onnxruntime") or _version("onnxruntime-gpu") or "unknown"
+        self.device = device
+        self._det = self._ocr.text_det
+        self._cls = self._ocr.text_cls
+        self._rec = self._ocr.text_rec
+        self._charset: list[str] = self._rec.postprocess_op.character
+        self.providers = {
+            "det": self._det.infer.session.get_providers(),
+            "cls": self._cls.infer.session.get_providers(),
+            "rec": self._rec.session.session.get_providers(),
+        }
+        if cuda and any(p[0] != _CUDA for p in self.providers.values()):
+            raise Unavailable("the OCR models did not start on the GPU; this worker will not run them on CPU")
+        config = update_model_path(read_yaml(DEFAULT_CFG_PATH))
+        self._model_paths = {name: Path(config[section]["model_path"])
+                             for name, section in (("det", "Det"), ("cls", "Cls"), ("rec", "Rec"))}
+        self._digests: dict[str, str] = {}
+
+    def models(self, *, with_classifier: bool = False) -> list[ModelRef]:
+        """The model files this engine runs, each pinned by the sha256 of its bytes."""
+        names = ["det", "cls", "rec"] if with_classifier else ["det", "rec"]
+        refs = []
+        for name in names:
+            if name not in self._digests:
+                self._digests[name] = sha256_digest(hashlib.sha256(self._model_paths[name].read_bytes()).hexdigest())
+            refs.append(ModelRef(name=f"{ENGINE} {self.version}: {self._model_paths[name].name}",
+                                 digest=self._digests[name]))
+        return refs
+
+    def detect(self, image: np.ndarray, max_side: int) -> list[np.ndarray]:
+        """Quadrilaterals (4x2, clockwise from top-left, image pixels) around each text line.
+
+        The detector runs on a copy scaled down to ``max_side`` pixels on its longer side (small
+        text on a page stays findable at ~110 dpi and detection is ~4x cheaper than at 200);
+        the quads are scaled back, so crops for recognition come from the full image.
+        """
+        h, w = image.shape[:2]
+        scale = min(1.0, max_side / max(h, w))
+        small = image
+        if scale < 1.0:
+            import cv2
+
+            small = cv2.resize(image, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+        small, record = self._ocr.maybe_add_letterbox(small, {})
+        top = record["padding_1"]["top"]
+        quads, _ = self._det(small)
+        if quads is None or len(quads) == 0:
+            return []
+        out = []
+        for quad in quads:
+            q = np.asarray(quad, dtype=np.float32).copy()
+            q[:, 1] -= top
+            q /= scale
+            q[:, 0] = np.clip(q[:, 0], 0, w)
+            q[:, 1] = np.clip(q[:, 1], 0, h)
+            out.append(q)
+        return out
+
+    def crops(self, image: np.ndarray, quads: list[np.ndarray]) -> list[np.ndarray]:
+        """Each line straightened into its own image (RapidOCR's perspective crop)."""
+        return list(self._ocr.get_crop_img_list(image, [q.astype(np.float32) for q in quads]))
+
+    def upright(self, crops: list[np.ndarray]) -> list[np.ndarray]:
+        """Lines the orientation classifier finds upside down, turned (for rotated text only)."""
+        turned, _, _ = self._cls(crops)
+        return list(turned)
+
+    def recognise(self, crops: list[np.ndarray]) -> list[Decoded]:
+        """Each line's characters, confidences and positions (in the crop's pixels)."""
+        out: list[Decoded | None] = [None] * len(crops)
+        ratios = np.array([c.shape[1] / max(c.shape[0], 1) for c in crops])
+        order = np.argsort(ratios, kind="stable")
+        _, height, width = self._rec.rec_image_shape
+        for start in range(0, len(crops), _REC_BATCH):
+            idx = order[start:start + _REC_BATCH]
+            max_ratio = max(width / height, *(ratios[i] for i in idx))
+            batch = np.stack([self._rec.resize_norm_img(crops[i], max_ratio) for i in idx]).astype(np.float32)
+            preds = self._rec.session(batch)[0]
+            padded = batch.shape[3]
+            for k, i in enumerate(idx):
+                used = min(padded, int(np.ceil(height * ratios[i])))
+                out[i] = decode(preds[k], self._charset, crop_width=crops[i].shape[1],
+                                input_width=padded, used_width=used)
+        return [d for d in out if d is not None]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+_engine: OcrEngine | None = None
+_lock = threading.Lock()
+
+
+def get_engine() -> OcrEngine:
+    """This process's engine, built on first use with the process's engine configuration."""
+    global _engine
+    with _lock:
+        if _engine is None:
+            config = engine_config()
+            _engine = OcrEngine(threads=config.threads, device=config.device)
+        return _engine

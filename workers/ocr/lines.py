@@ -1,0 +1,90 @@
+"""Find and read the text lines of one image: detect, crop, (turn), recognise, space, order.
+
+The image is an ``(height, width, 3)`` uint8 array in BGR order (what the models were trained
+on); boxes come back in its pixels, each the axis-aligned box around the detected line cut to the
+image, so every one lies inside it and has an area (a line whose box would not is dropped).
+Lines the recogniser reads with a mean character probability under ``min_confidence`` (RapidOCR's
+own default, 0.5) are dropped as noise.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+from workers.ocr.engine import OcrEngine, get_engine
+from workers.ocr.spacing import with_spaces
+from workers.reading_order import reading_order
+
+__all__ = ["MIN_CONFIDENCE", "OcrLine", "normalise", "read_lines"]
+
+MIN_CONFIDENCE = 0.5
+_CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class OcrLine:
+    """One recognised line: text, mean character probability and box (x0, y0, x1, y1) in pixels."""
+
+    text: str
+    confidence: float
+    box: tuple[float, float, float, float]
+
+
+def normalise(text: str) -> str:
+    """Whitespace collapsed; outside CJK text, full-width punctuation and letters made ASCII.
+
+    The Chinese recogniser often reads an English comma or colon as its full-width form.
+    """
+    text = _SPACES.sub(" ", text.replace("\u3000", " ")).strip()
+    if _CJK.search(text):
+        return text
+    return "".join(unicodedata.normalize("NFKC", c) if "\uff01" <= c <= "\uff5e" else c for c in text)
+
+
+def _box(quad: np.ndarray, width: int, height: int) -> tuple[float, float, float, float] | None:
+    x0, y0 = max(float(quad[:, 0].min()), 0.0), max(float(quad[:, 1].min()), 0.0)
+    x1, y1 = min(float(quad[:, 0].max()), float(width)), min(float(quad[:, 1].max()), float(height))
+    return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
+
+
+def read_lines(
+    image: np.ndarray,
+    *,
+    det_max_side: int,
+    rotated_lines: bool = False,
+    min_confidence: float = MIN_CONFIDENCE,
+    engine: OcrEngine | None = None,
+) -> list[OcrLine]:
+    """The text lines of ``image`` in reading order.
+
+    Args:
+        image: BGR uint8 pixels.
+        det_max_side: the detector sees the image scaled to at most this many pixels on its longer side.
+        rotated_lines: run the orientation classifier (for lines that may be upside down).
+        min_confidence: lines read with a lower mean character probability are dropped.
+        engine: the OCR engine (default: this process's).
+    """
+    engine = engine or get_engine()
+    height, width = image.shape[:2]
+    quads = engine.detect(image, det_max_side)
+    if not quads:
+        return []
+    crops = engine.crops(image, quads)
+    if rotated_lines:
+        crops = engine.upright(crops)
+    lines: list[OcrLine] = []
+    for quad, crop, read in zip(quads, crops, engine.recognise(crops)):
+        confidence = read.confidence
+        if confidence < min_confidence:
+            continue
+        text = normalise(with_spaces(read, crop).text)
+        box = _box(quad, width, height)
+        if not text or box is None:
+            continue
+        lines.append(OcrLine(text=text, confidence=min(max(confidence, 0.0), 1.0), box=box))
+    return reading_order(lines, lambda line: line.box)

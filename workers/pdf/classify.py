@@ -1,0 +1,67 @@
+"""Is a page's text layer usable, or must the page be OCR'd? Decided from the page itself.
+
+A page is OCR'd (in ``auto`` mode) when its text layer:
+
+* holds no text at all (``no_text``): a scan, or a page of vector outlines;
+* is mostly glyphs without a Unicode mapping (``unmapped_glyphs``): MuPDF reports those as
+  U+FFFD, and private-use or control characters are no better;
+* covers next to nothing of a page dominated by images (``image_only``): a scan with a stamped
+  page number or header, for instance. Images must cover at least ``IMAGE_DOMINATED`` of the
+  page and the text lines less than ``TEXT_SPARSE`` of it.
+
+A page that already carries an OCR text layer (invisible text over the scan) covers the page
+with text and keeps the fast text-layer path.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from contract.common import TextBox
+from workers.pdf.mupdf import pymupdf
+
+__all__ = ["GARBAGE_SHARE", "IMAGE_DOMINATED", "TEXT_SPARSE", "OcrReason", "ocr_reason"]
+
+OcrReason = Literal["no_text", "unmapped_glyphs", "image_only", "requested"]
+
+GARBAGE_SHARE = 0.3
+IMAGE_DOMINATED = 0.5
+TEXT_SPARSE = 0.02
+
+
+def _garbage(ch: str) -> bool:
+    return ch == "\ufffd" or unicodedata.category(ch) in ("Co", "Cc", "Cs")
+
+
+def _image_share(page: Any) -> float:
+    """Share of the displayed page that images cover (overlaps counted once per image, capped at 1)."""
+    area = page.rect.width * page.rect.height
+    if area <= 0:
+        return 0.0
+    matrix = page.rotation_matrix
+    covered = 0.0
+    for info in page.get_image_info():
+        box = (pymupdf.Rect(info["bbox"]) * matrix) & page.rect
+        if not box.is_empty:
+            covered += box.width * box.height
+    return min(covered / area, 1.0)
+
+
+def ocr_reason(page: Any, lines: Sequence[TextBox], mode: Literal["auto", "never", "always"]) -> OcrReason | None:
+    """Why ``page`` must be OCR'd, or None when its text layer (``lines``) is to be used."""
+    if mode == "never":
+        return None
+    if mode == "always":
+        return "requested"
+    chars = [c for line in lines for c in line.text if not c.isspace()]
+    if not chars:
+        return "no_text"
+    if sum(map(_garbage, chars)) >= GARBAGE_SHARE * len(chars):
+        return "unmapped_glyphs"
+    area = page.rect.width * page.rect.height
+    text_share = sum(b.width * b.height for b in lines) / area if area > 0 else 0.0
+    if text_share < TEXT_SPARSE and _image_share(page) >= IMAGE_DOMINATED:
+        return "image_only"
+    return None

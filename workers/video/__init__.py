@@ -1,0 +1,1 @@
+"""Video extractors: shots (PySceneDetect) and keyframes, from one PyAV decoding pass."""

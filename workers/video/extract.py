@@ -1,0 +1,313 @@
+"""``extract_keyframes``: a video's shots and keyframes in one decoding pass.
+
+Each decoded frame is converted once to the small analysis frame, fed to the PySceneDetect
+detector, measured for sharpness, and held back only as long as the detector may still place a
+cut before it (its ``event_buffer_length``); then it joins its shot's keyframe picker. When a shot
+closes, its keyframe is converted at full size, turned upright, hashed and stored; nothing is
+decoded twice and nothing seeks.
+
+Threads: the worker's engine configuration (``workers.engines``, set once per process) gives the
+thread count for FFmpeg's decoder, swscale and OpenCV; the extractor never reads the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import av
+import cv2
+from scenedetect.common import FrameTimecode
+
+from contract.common import Producer, sha256_digest
+from contract.errors import InternalError
+from contract.manifest import Limits
+from contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot
+from workers.engines import engine_config
+from workers.sink import BlobSink
+from workers.video.decode import FrameReader
+from workers.video.keyframes import Candidate, KeyframePicker, encode_image, upright
+from workers.video.phash import near_duplicates, phash, phash_hex
+from workers.video.probe import Probe, open_video
+from workers.video.shots import AnalysisFrames, build_detector, sharpness
+
+__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_keyframes"]
+
+EXTRACTOR = "mediafleet.video.keyframes"
+EXTRACTOR_VERSION = "1"
+
+ProgressFn = Callable[[int, "int | None"], None]
+_PROGRESS_EVERY = 64  # frames
+
+_cv2_threads: int | None = None
+
+
+def _use_threads(threads: int) -> None:
+    """Cap OpenCV's pool once per process (it is process-wide)."""
+    global _cv2_threads
+    if _cv2_threads != threads:
+        cv2.setNumThreads(threads)
+        _cv2_threads = threads
+
+
+def _ms(seconds: Fraction) -> int:
+    """Nearest millisecond, halves up (exact: no float rounding)."""
+    return math.floor(seconds * 1000 + Fraction(1, 2))
+
+
+@dataclass
+class _Shot:
+    first: int
+    first_pts: int
+    picker: KeyframePicker
+    last: int = -1
+    keyframe: Candidate | None = None
+
+
+@dataclass(frozen=True)
+class _Key:
+    index: int
+    pts: int
+    sharpness: float
+    image: str | None
+    media_type: str | None
+    width: int
+    height: int
+    phash: int
+
+
+class _Shots:
+    """Frames arrive here in order once no cut can still land before them."""
+
+    def __init__(self, reader: FrameReader, analysis: AnalysisFrames, options: VideoOptions, sink: BlobSink | None):
+        self.reader = reader
+        self.analysis = analysis
+        self.options = options
+        self.sink = sink
+        self.cuts: deque[int] = deque()
+        self.closed: list[_Shot] = []
+        self.keys: list[_Key] = []
+        self.current: _Shot | None = None
+        self.assigned = 0  # highest frame index handed to a shot (frame 0 never starts a cut)
+
+    def cut(self, index: int) -> None:
+        if self.cuts and index == self.cuts[-1]:
+            return  # upstream keeps each cut once
+        if index <= self.assigned or (self.cuts and index < self.cuts[-1]):
+            # The look-back is the detector's own event_buffer_length; this would be an upstream bug.
+            raise InternalError("the shot detector reported a cut out of order")
+        self.cuts.append(index)
+
+    def add(self, index: int, pts: int, score: float, frame: Any) -> None:
+        if self.current is None or (self.cuts and self.cuts[0] == index):
+            if self.cuts and self.cuts[0] == index:
+                self.cuts.popleft()
+            self._close()
+            self.current = _Shot(index, pts, KeyframePicker(index))
+        self.current.last = self.assigned = index
+        self.current.picker.add(Candidate(index, pts, score, frame))
+
+    def finish(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        shot = self.current
+        if shot is None:
+            return
+        self.current = None
+        key = shot.picker.pick(shot.last)
+        self.closed.append(shot)
+        self.keys.append(self._keyframe(key))
+
+    def _keyframe(self, key: Candidate) -> _Key:
+        image = upright(self.analysis.bgr(key.frame), self.reader.rotation)
+        grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+        digest = media_type = None
+        if self.sink is not None:
+            data, media_type = encode_image(image, self.options.keyframe_format)
+            digest = self.sink.put(data)
+            if digest != sha256_digest(hashlib.sha256(data).hexdigest()):
+                raise InternalError("the blob sink returned a digest that does not match the image")
+        return _Key(key.index, key.pts, key.sharpness, digest, media_type,
+                    image.shape[1], image.shape[0], phash(grey))
+
+
+def _frame_rate(probe: Probe, reader: FrameReader) -> Fraction:
+    if probe.average_rate is not None:
+        return probe.average_rate
+    assert reader.first_pts is not None and reader.last_pts is not None
+    if reader.count > 1 and reader.last_pts > reader.first_pts:
+        return (reader.count - 1) / ((reader.last_pts - reader.first_pts) * probe.time_base)
+    if probe.base_rate is not None:
+        return probe.base_rate
+    return 1 / ((reader.end_pts() - reader.last_pts) * probe.time_base)
+
+
+def _decoder() -> str:
+    codec = ".".join(str(v) for v in av.library_versions["libavcodec"])
+    return f"av {av.__version__} (libavcodec {codec})"
+
+
+def _media(probe: Probe, reader: FrameReader, frame_rate: Fraction) -> VideoMedia:
+    assert reader.first_pts is not None
+    turned = reader.rotation in (90, 270)
+    return VideoMedia(
+        container=probe.container_name,
+        codec=probe.codec,
+        decoder=_decoder(),
+        width=probe.width,
+        height=probe.height,
+        rotation=reader.rotation,  # type: ignore[arg-type]
+        display_width=probe.height if turned else probe.width,
+        display_height=probe.width if turned else probe.height,
+        time_base=Rational.of(probe.time_base),
+        frame_rate=Rational.of(frame_rate),
+        base_frame_rate=Rational.of(probe.base_rate) if probe.base_rate is not None else None,
+        variable_frame_rate=reader.variable_rate,
+        frame_count=reader.count,
+        declared_frame_count=probe.declared_frames,
+        start_ms=_ms(reader.time_s(reader.first_pts)),
+        duration_ms=_ms(reader.time_s(reader.end_pts())),
+        repaired_timestamps=reader.repaired,
+        has_audio=probe.has_audio,
+    )
+
+
+def _assemble(shots: _Shots, reader: FrameReader, media: VideoMedia, distance: int) -> tuple[list[VideoShot], list[VideoKeyframe]]:
+    """Shots and keyframes in the contract's units, never a shot of 0 ms.
+
+    Merge rule (frames under 1 ms apart only): shots whose starts round to the same millisecond
+    become one shot, and a last shot that starts at the video's rounded end joins the one before.
+    Every keyframe is kept, under the shot it was merged into.
+    """
+    spans: list[list[int]] = []  # [first_index, last_index, start_ms]
+    span_of_shot: list[int] = []  # closed shot position -> span position
+    for shot in shots.closed:
+        start_ms = _ms(reader.time_s(shot.first_pts))
+        if spans and spans[-1][2] == start_ms:
+            spans[-1][1] = shot.last
+        else:
+            spans.append([shot.first, shot.last, start_ms])
+        span_of_shot.append(len(spans) - 1)
+    if len(spans) > 1 and spans[-1][2] >= media.duration_ms:
+        spans[-2][1] = spans[-1][1]
+        spans.pop()
+        span_of_shot = [min(p, len(spans) - 1) for p in span_of_shot]
+    out_shots = [
+        VideoShot(
+            shot=number,
+            start_ms=start_ms,
+            end_ms=spans[number][2] if number < len(spans) else media.duration_ms,
+            first_frame_index=first,
+            last_frame_index=last,
+        )
+        for number, (first, last, start_ms) in enumerate(spans, start=1)
+    ]
+    duplicates = near_duplicates([k.phash for k in shots.keys], distance)
+    keyframes = [
+        VideoKeyframe(
+            shot=span_of_shot[position] + 1,
+            frame_index=k.index,
+            time_ms=_ms(reader.time_s(k.pts)),
+            image=k.image,
+            image_media_type=k.media_type,  # type: ignore[arg-type]
+            width=k.width,
+            height=k.height,
+            phash=phash_hex(k.phash),
+            sharpness=k.sharpness,
+            duplicate_of=dup[0] if dup else None,
+            phash_distance=dup[1] if dup else None,
+        )
+        for position, (k, dup) in enumerate(zip(shots.keys, duplicates, strict=True))
+    ]
+    return out_shots, keyframes
+
+
+def producer(options: VideoOptions, spec_facts: dict[str, Any], analysis: AnalysisFrames, threads: int) -> Producer:
+    return Producer(
+        engine="scenedetect",
+        engine_version=metadata.version("scenedetect"),
+        extractor=EXTRACTOR,
+        extractor_version=EXTRACTOR_VERSION,
+        options={
+            **options.model_dump(mode="json"),
+            **spec_facts,
+            "analysis_width": analysis.size[0],
+            "analysis_height": analysis.size[1],
+            "downscale_factor": analysis.factor,
+            "keyframe_rule": "sharpest of the n/8-n/4 frame bucket holding the shot's middle frame",
+            "decoder": _decoder(),
+            "threads": threads,
+        },
+    )
+
+
+def extract_keyframes(
+    path: Path,
+    options: VideoOptions,
+    limits: Limits,
+    progress: ProgressFn | None = None,
+    sink: BlobSink | None = None,
+) -> VideoResult:
+    """Find a video's shots and pick, hash and store a keyframe for each, in one decoding pass.
+
+    Args:
+        path: a local, digest-verified video file.
+        options: detector and threshold, keyframe image format, near-duplicate distance.
+        limits: the manifest's limits (``max_pixels`` per frame, ``max_duration_s``).
+        progress: called with (frames decoded, frames the container declares or None).
+        sink: where keyframe images go (the blob store); without one, images are not encoded and
+            keyframes carry no image digest.
+
+    Returns:
+        The media facts, the contiguous shots covering every frame, and one keyframe per shot.
+
+    Raises:
+        InputRejected: empty, corrupt or truncated video, no video stream, unsupported codec.
+        LimitExceeded: frames over ``max_pixels`` or a video over ``max_duration_s``.
+    """
+    threads = max(1, engine_config().threads)
+    _use_threads(threads)
+    with open_video(path, limits) as probe:
+        reader = FrameReader(probe, threads, limits)
+        analysis = AnalysisFrames(probe.width, probe.height, threads)
+        detector, spec = build_detector(options)
+        lookback = detector.event_buffer_length
+        rate = probe.average_rate or probe.base_rate or Fraction(25)
+        shots = _Shots(reader, analysis, options, sink)
+        pending: deque[tuple[int, int, float, Any]] = deque()
+        total = probe.declared_frames
+        timecode = None
+        for index, pts, frame in reader:
+            small = analysis.small(frame)
+            timecode = FrameTimecode(index, fps=rate)
+            for cut in detector.process_frame(timecode, small):
+                shots.cut(cut.frame_num)
+            pending.append((index, pts, sharpness(small), frame))
+            while pending[0][0] <= index - lookback:
+                shots.add(*pending.popleft())
+            if progress is not None and index % _PROGRESS_EVERY == 0:
+                progress(index, total)
+        assert timecode is not None  # the reader refuses a stream with no frames
+        for cut in detector.post_process(timecode):
+            shots.cut(cut.frame_num)
+        while pending:
+            shots.add(*pending.popleft())
+        shots.finish()
+        if progress is not None:
+            progress(reader.count, reader.count)
+        media = _media(probe, reader, _frame_rate(probe, reader))
+        out_shots, keyframes = _assemble(shots, reader, media, options.duplicate_distance)
+        return VideoResult(
+            media=media,
+            shots=out_shots,
+            keyframes=keyframes,
+            producer=producer(options, spec.provenance(), analysis, threads),
+        )
