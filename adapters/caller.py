@@ -11,12 +11,13 @@ Shapes (a JSON object; ``available`` missing means true; ``error`` only on failu
 * pdf: ``pages: [{page, width, height, text, boxes: [{text, x, y, width, height}]}]`` (PDF points,
   top-left origin; ``page`` 1-based)
 * image: ``phash``, ``thumbnail_png_b64?``, ``regions: [{x, y, width, height, label?, confidence?,
-  crop_png_b64?}]`` (image pixels)
+  crop_png_b64?}]`` (pixels of the upright image; ``crop_png_b64`` is never sent, the box locates it)
 * audio: ``segments: [{start_ms, end_ms, text, confidence?}]`` (integer milliseconds)
 * video: ``shots: [{start_ms, end_ms, label?, confidence?}]`` (integer milliseconds),
   ``keyframes: [{start_frame, end_frame?, png_b64?}]`` (1-based, inclusive frame numbers)
 
-Every response also carries ``bundle``: the full evidence bundle (governed loci, PROV-O, claim).
+Every response also carries ``bundle``: the full evidence bundle (governed loci, PROV-O, claim);
+``images_not_inlined`` counts images the response could not carry inline (the bundle names them).
 """
 
 from __future__ import annotations
@@ -85,19 +86,48 @@ def _video(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
     return {"shots": shots, "keyframes": keyframes}
 
 
+def _thumbnail_ref(props: Mapping[str, Any]) -> str | None:
+    digest = props.get("thumbnail")
+    return "blob:" + digest.removeprefix("sha256:") if isinstance(digest, str) else None
+
+
 def _image(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
-    raise NotImplementedError("the image shape waits for the analyze_image capability's contract")
+    """The first page's pHash and thumbnail; a region per ImageRegion locus (the whole image, labelled
+    ``image``, then each text line, labelled with its text), each with its 1-based ``page``."""
+    shape: dict[str, Any] = {"phash": None, "regions": []}
+    for address, props in _evidence(bundle):
+        if address["kind"] != "image_region":
+            continue
+        region: dict[str, Any] = {**_box(address), "page": props.get("page", 1)}
+        if props.get("region") == "image":
+            region["label"] = "image"
+            if shape["phash"] is None:
+                shape["phash"] = props.get("phash")
+                thumbnail = inline.get(_thumbnail_ref(props) or "")
+                if thumbnail is not None:
+                    shape["thumbnail_png_b64"] = thumbnail
+        else:
+            if props.get("label") is not None:
+                region["label"] = props["label"]
+            if props.get("confidence") is not None:
+                region["confidence"] = props["confidence"]
+        shape["regions"].append(region)
+    return shape
 
 
 def inline_wanted(bundle: EvidenceBundle) -> list[str]:
-    """Blob refs (``blob:<hex>``) of the images a caller wants inline, in response order.
+    """Blob refs (``blob:<hex>``) of the images a caller wants inline, in response order: the
+    image's thumbnail (first page), each video keyframe.
 
     The server fetches these from the blob store (as PNG) and passes them to
     :func:`caller_response`; an image left out of the mapping is simply not inlined.
     """
     wanted: list[str] = []
+    thumbnail_taken = False
     for _, props in _evidence(bundle):
         ref = props.get("image_blob_ref")
+        if props.get("region") == "image" and not thumbnail_taken:
+            ref, thumbnail_taken = _thumbnail_ref(props), True
         if isinstance(ref, str) and ref not in wanted:
             wanted.append(ref)
     return wanted
@@ -128,6 +158,10 @@ def caller_response(bundle: EvidenceBundle, inline: Mapping[str, str] | None = N
         shape = _image(bundle, inline)
     else:
         raise ValueError(f"no caller shape for modality {modality!r}")
+    left_out = sum(ref not in inline for ref in inline_wanted(bundle))
+    if left_out:
+        # Over the server's inline budget (or unreadable): the bundle still names each image's blob.
+        shape["images_not_inlined"] = left_out
     return {"available": True, **shape, "bundle": bundle.model_dump(mode="json")}
 
 

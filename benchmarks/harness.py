@@ -57,7 +57,9 @@ def fleet(workers: int = 1, concurrency: int = 1) -> Iterator[dict[str, str]]:
                 [sys.executable, "-m", "mediafleet.cli", "worker", f"--concurrency={concurrency}",
                  f"--hostname=bench{i}@%h", "--loglevel=WARNING"],
                 env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-        _wait_ready(env, workers)
+        if not _wait_ready(env, workers):
+            logs = "".join((tmp / f"worker{i}.log").read_text()[-2000:] for i in range(workers))
+            sys.exit(f"workers did not start:\n{logs}")
         yield env
     finally:
         for p in procs:
@@ -69,15 +71,15 @@ def fleet(workers: int = 1, concurrency: int = 1) -> Iterator[dict[str, str]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _wait_ready(env: dict[str, str], workers: int, timeout: float = 60.0) -> None:
+def _wait_ready(env: dict[str, str], workers: int, timeout: float = 120.0) -> bool:
     from celery import Celery
 
     app = Celery(broker=env["MEDIAFLEET_BROKER_URL"], set_as_current=False)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if len(app.control.ping(timeout=0.5) or []) >= workers:
-            return
-    sys.exit("workers did not start")
+            return True
+    return False
 
 
 def machine() -> dict[str, Any]:

@@ -9,11 +9,22 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__all__ = ["BlobStore", "Dispatcher", "Job", "LocalBlobStore", "Settings", "delegate_extract"]
+__all__ = [
+    "BlobStore",
+    "Dispatcher",
+    "Job",
+    "LocalBlobStore",
+    "S3BlobStore",
+    "Settings",
+    "delegate_extract",
+    "open_store",
+]
 
 _WHERE = {
     "BlobStore": "mediafleet.blobstore",
     "LocalBlobStore": "mediafleet.blobstore",
+    "S3BlobStore": "mediafleet.s3store",
+    "open_store": "mediafleet.blobstore",
     "Dispatcher": "mediafleet.dispatch",
     "Job": "mediafleet.dispatch",
     "delegate_extract": "mediafleet.dispatch",

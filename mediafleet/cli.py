@@ -73,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     mc.add_argument("--port", type=int, default=8765)
     mc.add_argument("--allow-remote", action="store_true",
                     help="allow a non-loopback --host (the server has no authentication of its own)")
-    mc.add_argument("--max-inline-bytes", type=int, default=64 * 1024 * 1024,
-                    help="the most bytes one call carries inline (artifact in, images out)")
+    mc.add_argument("--max-inline-bytes", type=int,
+                    help="the most bytes one call carries inline, artifact in and images out (default 64 MiB)")
     mc.add_argument("--wait", type=float, help="seconds a call waits for its job (default: its hard time limit + 60)")
     mc.add_argument("--broker", help="serve from the fleet at this broker URL (default: the settings')")
 
@@ -311,7 +311,7 @@ def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         print("mediafleet serve-mcp: --host is not a loopback address; add --allow-remote if you mean it",
               file=sys.stderr)
         return EXIT_USAGE
-    if args.max_inline_bytes <= 0:
+    if args.max_inline_bytes is not None and args.max_inline_bytes <= 0:
         print("mediafleet serve-mcp: --max-inline-bytes must be > 0", file=sys.stderr)
         return EXIT_USAGE
     # In-process jobs run in this process: cap the engines' threads before anything loads them.
@@ -320,10 +320,10 @@ def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     # stdout is the MCP wire under stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from mediafleet.dispatch import Dispatcher
-    from mediafleet.mcp_server import SidecarTools, serve
+    from mediafleet.mcp_server import DEFAULT_MAX_INLINE_BYTES, SidecarTools, serve
 
-    tools = SidecarTools(Dispatcher(settings, manifest=manifest), max_inline_bytes=args.max_inline_bytes,
-                         wait_s=args.wait)
+    tools = SidecarTools(Dispatcher(settings, manifest=manifest),
+                         max_inline_bytes=args.max_inline_bytes or DEFAULT_MAX_INLINE_BYTES, wait_s=args.wait)
     serve(tools, http=args.http, host=args.host, port=args.port)
     return EXIT_OK
 

@@ -40,6 +40,7 @@ _HEAD = 4096
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _PROGRESS_SLICE_S = 0.5
 _DEFAULT_PRIORITY = 4
+_KOMBU_SEP = "\x06\x16"  # kombu's Redis transport: "<queue><sep><priority>" for priorities 1..9
 _FINAL = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
@@ -389,7 +390,8 @@ class Dispatcher:
             for device in cap.devices:
                 name = cap.queue(device)
                 # The Redis transport keeps priority levels 1..9 in lists of their own.
-                queues[name] = sum(client.llen(n) for n in [name, *(f"{name}:{p}" for p in range(1, 10))])
+                levels = [name, *(f"{name}{_KOMBU_SEP}{p}" for p in range(1, 10))]
+                queues[name] = sum(client.llen(n) for n in levels)
         workers: dict[str, list[str]] = {d.value: [] for d in DeviceClass}
         for worker in live_workers(client):
             workers.setdefault(worker.device, []).append(worker.hostname)

@@ -77,7 +77,8 @@ _ARTIFACT_PARAMS = frozenset({"digest", "media_type", "artifact_b64", "blob_ref"
 _ARGUMENTS = frozenset({"action", "params_json"})
 _HEX = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
 _BLOB_REF = re.compile(r"(?:blob:|sha256:)([0-9a-f]{64})")
-_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]{0,126}/[A-Za-z0-9][\w!#$&^.+-]{0,126}(?:\s*;[ -~]{0,128})?")
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]{0,126}/[A-Za-z0-9][\w!#$&^.+-]{0,126}(?:\s*;[ -~]{0,128})?",
+                         re.ASCII)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _PNG = b"\x89PNG\r\n\x1a\n"
 _WAIT_MARGIN_S = 60.0
@@ -399,7 +400,7 @@ def _version() -> str:
         return "0"
 
 
-def http_body_limit(max_inline_bytes: int) -> int:
+def _http_body_limit(max_inline_bytes: int) -> int:
     """The largest request body the HTTP transport takes: the base64 of the inline limit, plus room."""
     return (max_inline_bytes + 2) // 3 * 4 + 1024 * 1024
 
@@ -426,7 +427,7 @@ def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", p
     import uvicorn
 
     app = server.streamable_http_app(json_response=True, host=host,
-                                     max_request_body_size=http_body_limit(tools.max_inline_bytes))
+                                     max_request_body_size=_http_body_limit(tools.max_inline_bytes))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     print(f"mediafleet serve-mcp: streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
     anyio.run(uvicorn.Server(config).serve)

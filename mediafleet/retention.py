@@ -49,7 +49,9 @@ RESULT_PATTERNS = ("celery-task-meta-*", "mediafleet:job:*")
 _TEMP_MARGIN_S = 600
 _DIGEST = re.compile(rb"sha256:[0-9a-f]{64}")
 # Atomic, so a pickup window set by the job store at the same moment is never shortened.
-_EXPIRE_IF_PERSISTENT = "if redis.call('TTL', KEYS[1]) == -1 then return redis.call('EXPIRE', KEYS[1], ARGV[1]) end return 0"
+_EXPIRE_IF_PERSISTENT = (
+    "if redis.call('TTL', KEYS[1]) == -1 then return redis.call('EXPIRE', KEYS[1], ARGV[1]) end return 0"
+)
 
 
 @dataclass(frozen=True)

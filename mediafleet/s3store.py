@@ -39,7 +39,7 @@ from mediafleet.blobstore import BlobInfo
 if TYPE_CHECKING:
     from mediafleet.settings import Settings
 
-__all__ = ["REFRESH_S", "S3BlobStore", "parse_blob_url"]
+__all__ = ["REFRESH_S", "S3BlobStore", "make_client", "parse_blob_url"]
 
 log = logging.getLogger("mediafleet.blobstore")
 

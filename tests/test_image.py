@@ -1,0 +1,214 @@
+"""``analyze_image``: the RapidOCR corpus images with their upstream answers, images made here
+with known text, the pHash, thumbnails in the blob store, and every bad input the issue names."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from contract import ErrorCode, ImageOptions, InputRejected, LimitExceeded, Limits
+from mediafleet import Dispatcher, Settings
+from tests.helpers import assert_engine_valid
+from workers.image.analyze import analyze_image
+from workers.image.phash import hamming, phash
+from workers.sink import MemorySink
+
+LIMITS = Limits(max_bytes=1 << 30, max_pages=20, max_pixels=50_000_000)
+
+
+def _analyze(path: Path, limits: Limits = LIMITS, sink: MemorySink | None = None):
+    return analyze_image(path, ImageOptions(), limits, None, sink if sink is not None else MemorySink())
+
+
+def text_image(text: str, size: tuple[int, int] = (640, 160), fg: int = 0, bg: int = 255) -> Image.Image:
+    image = Image.new("L", size, bg)
+    font = ImageFont.load_default(size=48)
+    ImageDraw.Draw(image).text((24, 48), text, fill=fg, font=font)
+    return image
+
+
+def encode(image: Image.Image, fmt: str, **kwargs: object) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format=fmt, **kwargs)
+    return out.getvalue()
+
+
+def _write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` and whose data is a few bytes: a bomb."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    chunk = lambda kind, body: struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))  # noqa: E731
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b"")
+
+
+# -- the corpus (answers from RapidOCR's own tests) ------------------------------------------------
+
+@pytest.mark.corpus
+def test_corpus_first_line_is_test(corpus: Path) -> None:
+    page = _analyze(corpus / "image" / "issue_170.png").pages[0]
+    assert page.regions[0].text == "TEST"
+
+
+@pytest.mark.corpus
+def test_corpus_chinese_and_numbers_has_18_lines(corpus: Path) -> None:
+    page = _analyze(corpus / "image" / "ch_en_num.jpg").pages[0]
+    assert len(page.regions) == 18
+    assert page.regions[0].text == "正品促销"
+    for box in page.regions:
+        assert box.x >= 0 and box.y >= 0 and box.x + box.width <= page.width and box.y + box.height <= page.height
+
+
+@pytest.mark.corpus
+def test_corpus_exif_image_is_read_upright(corpus: Path) -> None:
+    page = _analyze(corpus / "image" / "img_exif_orientation.jpg").pages[0]
+    assert page.orientation == 3
+    assert page.regions[0].text == "我是中国人"
+    # Orientation 3 turns the image half way round: the text sits in the upright image's middle.
+    box = page.regions[0]
+    assert box.x + box.width <= page.width and box.y + box.height <= page.height
+
+
+# -- images made here -------------------------------------------------------------------------------
+
+def test_text_png_is_read_with_its_spaces(tmp_path: Path) -> None:
+    sink = MemorySink()
+    result = _analyze(_write(tmp_path, "t.png", encode(text_image("Located evidence"), "PNG")), sink=sink)
+    page = result.pages[0]
+    assert (result.page_count, page.page, page.width, page.height) == (1, 1, 640, 160)
+    assert [r.text for r in page.regions] == ["Located evidence"]
+    assert 0.5 <= page.regions[0].confidence <= 1.0
+    assert result.producer.engine == "rapidocr-onnxruntime"
+    assert {m.name.rsplit(": ", 1)[1] for m in result.producer.models} == {
+        "ch_PP-OCRv4_det_infer.onnx", "ch_PP-OCRv4_rec_infer.onnx"}
+
+
+def test_the_thumbnail_goes_to_the_sink_and_only_its_digest_to_the_result(tmp_path: Path) -> None:
+    sink = MemorySink()
+    page = _analyze(_write(tmp_path, "t.jpg", encode(text_image("Thumb", (1200, 300)).convert("RGB"), "JPEG")),
+                    sink=sink).pages[0]
+    assert page.thumbnail in sink.blobs
+    thumb = Image.open(io.BytesIO(sink.blobs[page.thumbnail]))
+    assert thumb.format == "PNG" and max(thumb.size) == 256 and thumb.size == (256, 64)
+    assert page.model_dump_json().count(page.thumbnail) == 1 and len(page.model_dump_json()) < 2000
+
+
+def test_exif_orientation_is_applied_before_reading(tmp_path: Path) -> None:
+    upright = text_image("Upright", (480, 120)).convert("RGB")
+    stored = upright.transpose(Image.Transpose.ROTATE_90)  # what a camera held sideways stores
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 clockwise to view"
+    page = _analyze(_write(tmp_path, "e.jpg", encode(stored, "JPEG", exif=exif, quality=95))).pages[0]
+    assert (page.orientation, page.width, page.height) == (6, 480, 120)
+    assert [r.text for r in page.regions] == ["Upright"]
+
+
+def test_each_tiff_frame_is_its_own_page(tmp_path: Path) -> None:
+    first, second = text_image("First page"), text_image("Second page")
+    data = encode(first, "TIFF", save_all=True, append_images=[second])
+    result = _analyze(_write(tmp_path, "m.tif", data))
+    assert result.page_count == 2 and [p.page for p in result.pages] == [1, 2]
+    assert [[r.text for r in p.regions] for p in result.pages] == [["First page"], ["Second page"]]
+    assert result.pages[0].phash != result.pages[1].phash
+
+
+@pytest.mark.parametrize("fmt", ["WEBP", "BMP"])
+def test_webp_and_bmp_are_read(tmp_path: Path, fmt: str) -> None:
+    data = encode(text_image("Format check").convert("RGB"), fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    assert [r.text for r in _analyze(_write(tmp_path, f"f.{fmt.lower()}", data)).pages[0].regions] == ["Format check"]
+
+
+@pytest.mark.parametrize("colour", [255, 0])
+def test_an_image_with_no_text_is_ok_with_no_regions(tmp_path: Path, colour: int) -> None:
+    page = _analyze(_write(tmp_path, "plain.png", encode(Image.new("RGB", (300, 200), (colour,) * 3), "PNG"))).pages[0]
+    assert page.regions == [] and (page.width, page.height) == (300, 200)
+
+
+# -- pHash ----------------------------------------------------------------------------------------
+
+def test_phash_is_64_bits_and_stable_under_re_encoding() -> None:
+    image = text_image("Perceptual hash", (800, 400)).convert("RGB")
+    again = Image.open(io.BytesIO(encode(image, "JPEG", quality=80)))
+    smaller = image.resize((400, 200))
+    h = phash(image)
+    assert len(h) == 16 and int(h, 16) >= 0
+    assert h == phash(image.copy())
+    assert hamming(h, phash(again)) <= 4
+    assert hamming(h, phash(smaller)) <= 4
+    other = text_image("Something else entirely", (800, 400)).transpose(Image.Transpose.FLIP_TOP_BOTTOM)
+    assert hamming(h, phash(other)) >= 12
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+def test_a_truncated_jpeg_is_corrupt_input(tmp_path: Path) -> None:
+    data = encode(text_image("Truncated").convert("RGB"), "JPEG")
+    with pytest.raises(InputRejected) as err:
+        _analyze(_write(tmp_path, "cut.jpg", data[: len(data) // 2]))
+    assert err.value.code == ErrorCode.CORRUPT_INPUT
+    assert "cut.jpg" not in err.value.message and str(tmp_path) not in err.value.message
+
+
+def test_garbage_after_a_png_signature_is_corrupt_input(tmp_path: Path) -> None:
+    with pytest.raises(InputRejected) as err:
+        _analyze(_write(tmp_path, "bad.png", b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 50))
+    assert err.value.code == ErrorCode.CORRUPT_INPUT
+
+
+def test_a_decompression_bomb_is_refused_from_its_header(tmp_path: Path) -> None:
+    bomb = _write(tmp_path, "bomb.png", png_header_only(60_000, 60_000))  # 3.6 Gpx in ~100 bytes
+    with pytest.raises(LimitExceeded) as err:
+        _analyze(bomb)
+    assert err.value.code == ErrorCode.TOO_MANY_PIXELS
+    modest = _write(tmp_path, "big.png", png_header_only(8_000, 8_000))  # 64 Mpx: over the manifest's 50
+    with pytest.raises(LimitExceeded) as err:
+        _analyze(modest)
+    assert err.value.code == ErrorCode.TOO_MANY_PIXELS
+
+
+def test_too_many_tiff_pages_are_refused(tmp_path: Path) -> None:
+    frames = [Image.new("L", (40, 40), 255) for _ in range(3)]
+    path = _write(tmp_path, "many.tif", encode(frames[0], "TIFF", save_all=True, append_images=frames[1:]))
+    with pytest.raises(LimitExceeded) as err:
+        _analyze(path, Limits(max_bytes=1 << 20, max_pages=2, max_pixels=10_000))
+    assert err.value.code == ErrorCode.TOO_MANY_PAGES
+
+
+# -- through the dispatcher and the fleet ----------------------------------------------------------
+
+def test_the_bundle_has_valid_image_loci(tmp_path: Path) -> None:
+    dispatcher = Dispatcher(Settings(blob_root=tmp_path / "blobs"))
+    bundle = dispatcher.submit(encode(text_image("Evidence line"), "PNG")).bundle()
+    assert bundle.status == "ok", bundle.error
+    assert bundle.action == "analyze_image"
+    assert assert_engine_valid(bundle) == 2
+    evidence = [n.properties for n in bundle.nodes if n.node_type == "Evidence"]
+    whole, line = evidence
+    assert whole["region"] == "image" and len(whole["phash"]) == 16
+    assert dispatcher.store.exists(whole["thumbnail"])
+    assert line["text"] == "Evidence line" and line["coordinate_space"] == "image_pixels_upright"
+    claim = next(n for n in bundle.nodes if n.node_type == "Claim")
+    assert claim.properties["is_verified"] is True
+
+
+@pytest.mark.integration
+def test_the_fleet_serves_a_good_image_after_a_corrupt_one(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1")
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    data = encode(text_image("Still serving").convert("RGB"), "JPEG")
+    broken = fleet.submit(data[: len(data) // 2]).bundle(timeout=300)
+    assert broken.status == "failed" and broken.error.code == ErrorCode.CORRUPT_INPUT
+    good = fleet.submit(data).bundle(timeout=300)
+    assert good.status == "ok", good.error
+    texts = [n.properties.get("text") for n in good.nodes if n.node_type == "Evidence"]
+    assert "Still serving" in texts
+    assert assert_engine_valid(good) == 2

@@ -1,0 +1,135 @@
+"""The OCR engine's life cycle and device rules, and the pure steps around the models
+(CTC positions, word spaces, text normalisation, joining cut lines)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from contract import DeviceClass, Unavailable
+from workers.ocr.ctc import Decoded, decode
+from workers.ocr.device import CUDA_PROVIDER, check_device
+from workers.ocr.engine import OcrEngine
+from workers.ocr.lines import OcrLine, join_pieces, normalise
+from workers.ocr.spacing import with_spaces
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cuda_installed() -> bool:
+    import onnxruntime
+
+    return CUDA_PROVIDER in onnxruntime.get_available_providers()
+
+
+# -- life cycle and devices -----------------------------------------------------------------------
+
+def test_importing_the_worker_app_and_extractors_loads_no_ocr_engine() -> None:
+    code = ("import sys, mediafleet, workers.app, workers.pdf.textlayer, workers.image.analyze, workers.ocr.engine; "
+            "print('rapidocr_onnxruntime' in sys.modules, workers.ocr.engine._engine is None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_the_engine_caps_onnxruntime_threads() -> None:
+    engine = OcrEngine(threads=1)
+    for session in (engine._det.infer.session, engine._rec.session.session):
+        assert session.get_session_options().intra_op_num_threads == 1
+        assert session.get_providers()[0] == "CPUExecutionProvider"
+
+
+def test_the_cpu_class_needs_no_gpu() -> None:
+    check_device(DeviceClass.CPU)
+
+
+@pytest.mark.skipif(_cuda_installed(), reason="onnxruntime's CUDA provider is installed here")
+def test_a_gpu_worker_without_cuda_refuses_to_start() -> None:
+    with pytest.raises(Unavailable) as err:
+        check_device(DeviceClass.GPU)
+    assert "CUDA" in err.value.message and "CPU" in err.value.message
+
+
+@pytest.mark.skipif(_cuda_installed(), reason="onnxruntime's CUDA provider is installed here")
+def test_a_gpu_engine_never_falls_back_to_cpu_quietly() -> None:
+    # RapidOCR alone would log a warning and run on CPU; the engine refuses instead.
+    with pytest.raises(Unavailable) as err:
+        OcrEngine(threads=1, device=DeviceClass.GPU)
+    assert "GPU" in err.value.message
+
+
+def test_the_worker_cli_refuses_the_gpu_class_here(tmp_path) -> None:
+    if _cuda_installed():
+        pytest.skip("onnxruntime's CUDA provider is installed here")
+    env = {**os.environ, "MEDIAFLEET_BROKER_URL": "redis://127.0.0.1:1/0", "MEDIAFLEET_BLOB_ROOT": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "mediafleet.cli", "worker", "--device", "gpu"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.returncode == 2
+    assert "cannot serve gpu" in out.stderr
+
+
+# -- CTC positions ----------------------------------------------------------------------------------
+
+def test_ctc_decoding_keeps_each_characters_columns() -> None:
+    charset = ["<blank>", "a", "b", " "]
+    steps = [1, 1, 0, 2, 0, 0, 2, 0]  # a a _ b _ _ b _  ->  "abb"
+    probs = np.full((len(steps), len(charset)), 0.01)
+    for t, label in enumerate(steps):
+        probs[t, label] = 0.9
+    line = decode(probs, charset, crop_width=32, input_width=64, used_width=64)
+    assert line.text == "abb"
+    assert line.spans == [(0.0, 8.0), (12.0, 16.0), (24.0, 28.0)]  # 8 input px per step, crop half as wide
+    assert line.confidence == pytest.approx(0.9)
+
+
+# -- word spaces ----------------------------------------------------------------------------------
+
+def _crop(blobs: list[tuple[int, int]], width: int = 200, height: int = 40) -> np.ndarray:
+    crop = np.full((height, width, 3), 255, np.uint8)
+    for x0, x1 in blobs:
+        crop[12:28, x0:x1] = 0
+    return crop
+
+
+def _line(text: str, centres: list[float]) -> Decoded:
+    return Decoded(chars=list(text), probs=[0.9] * len(text), spans=[(c - 4, c + 4) for c in centres])
+
+
+def test_a_wide_gap_between_characters_becomes_a_space() -> None:
+    crop = _crop([(10, 20), (22, 32), (60, 70), (72, 82)])  # x-height 16 px; gap of 28 px between pairs
+    spaced = with_spaces(_line("abcd", [15, 27, 65, 77]), crop)
+    assert spaced.text == "ab cd"
+
+
+def test_letter_gaps_and_punctuation_stay_unspaced() -> None:
+    crop = _crop([(10, 20), (22, 32), (60, 70)])
+    assert with_spaces(_line("ab:", [15, 27, 65]), crop).text == "ab:"
+    assert with_spaces(_line("ab", [15, 27]), _crop([(10, 20), (22, 32)])).text == "ab"
+
+
+def test_the_recognisers_own_spaces_set_the_bar_for_monospaced_lines() -> None:
+    # Its own space sits at a 40 px gap; a 20 px gap (a wide letter cell) is then no word gap.
+    crop = _crop([(10, 20), (40, 50), (90, 100)])
+    assert with_spaces(_line("ab c", [15, 45, 70, 95]), crop).text == "ab c"
+
+
+# -- text and lines -------------------------------------------------------------------------------
+
+def test_full_width_punctuation_becomes_ascii_outside_cjk_text() -> None:
+    assert normalise("Hello，world：  ok\u3000now") == "Hello,world: ok now"
+    assert normalise("日常价￥，好") == "日常价￥，好"
+
+
+def test_pieces_of_one_line_are_joined_and_columns_are_not() -> None:
+    left = OcrLine("Second", 0.9, (10, 10, 100, 40))
+    right = OcrLine("page", 0.8, (130, 11, 200, 41))
+    far = OcrLine("column", 0.9, (400, 10, 500, 40))
+    below = OcrLine("next", 0.9, (10, 60, 80, 90))
+    joined = join_pieces([right, far, left, below])
+    texts = {ln.text: ln for ln in joined}
+    assert set(texts) == {"Second page", "column", "next"}
+    assert texts["Second page"].box == (10, 10, 200, 41)
+    assert texts["Second page"].confidence == pytest.approx((0.9 * 6 + 0.8 * 4) / 10)
