@@ -1,17 +1,21 @@
-"""Video result -> loci: a VideoTimeRange per shot, then a FrameRange per keyframe of that shot.
+"""Video result -> loci: a VideoTimeRange per shot, then a FrameRange per keyframe of that shot,
+then an AudioRange per transcribed speech segment.
 
 Frame numbers turn 1-based here (``frame_index + 1``), as the callers require; times are already
-integer milliseconds on the media timeline. Shots are never empty (the result model refuses one),
-so nothing is dropped or clamped.
+integer milliseconds on the media timeline, except the transcript's, which are shifted by the
+audio stream's ``offset_ms`` onto it. Shots and segments are never empty (the result models refuse
+one), so nothing is dropped or clamped.
 """
 
 from __future__ import annotations
 
 from adapters.drafts import Bounds, LocusDraft
-from contract.addresses import FrameRange, VideoTimeRange
+from contract.addresses import AudioRange, FrameRange, VideoTimeRange
 from contract.video import VideoResult
 
-__all__ = ["video_loci"]
+__all__ = ["MEDIA_TIMELINE", "video_loci"]
+
+MEDIA_TIMELINE = "media_ms"
 
 
 def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
@@ -19,7 +23,8 @@ def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
 
     Shot nodes carry the shot number and its 1-based first/last frame numbers; keyframe nodes carry
     the shot, the frame's time, the image's blob ref (``blob:<hex>``), media type, size, pHash,
-    sharpness and, for a near-duplicate, the frame number of the keyframe it repeats.
+    sharpness and, for a near-duplicate, the frame number of the keyframe it repeats. Speech
+    segments carry their text and confidence, the segment number and the language.
     """
     media = result.media
     time_bounds = Bounds(duration_ms=media.duration_ms)
@@ -66,6 +71,25 @@ def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
                     address=FrameRange(start_frame=key.frame_index + 1, end_frame=key.frame_index + 1),
                     bounds=frame_bounds,
                     properties=props,
+                )
+            )
+    transcript, offset = result.speech.transcript, result.speech.offset_ms
+    if transcript is not None and offset is not None:
+        speech_bounds = Bounds(duration_ms=max(media.duration_ms, offset + transcript.duration_ms))
+        for number, segment in enumerate(transcript.segments, start=1):
+            drafts.append(
+                LocusDraft(
+                    address=AudioRange(start_ms=offset + segment.start_ms, end_ms=offset + segment.end_ms),
+                    bounds=speech_bounds,
+                    text=segment.text,
+                    confidence=segment.confidence,
+                    properties={
+                        "video_id": document_id,
+                        "segment": number,
+                        "time_unit": "ms",
+                        "timeline": MEDIA_TIMELINE,
+                        "language": transcript.language,
+                    },
                 )
             )
     return drafts

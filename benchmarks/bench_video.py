@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import median_seconds, table, write_results  # noqa: E402
+from benchmarks.harness import median_seconds, table, write_results
 
 SCENES = 10
 SCENE_FRAMES = 60
@@ -151,14 +151,14 @@ def main() -> None:
     for label, (width, height) in {"360p": (640, 360), "1080p": (1920, 1080)}.items():
         clip = make_clip(width, height)
         frames = SCENES * SCENE_FRAMES
-        paths: list[tuple[str, Callable[[], list[int]]]] = [
-            ("ffmpeg -f null (bare decode, floor)", lambda: ffmpeg_null(clip)),
-            ("ffmpeg select='gt(scene,0.3)'", lambda: ffmpeg_scene(clip)),
-            ("PySceneDetect CLI, defaults (list-scenes)", lambda: scenedetect_cli(clip)),
-            ("PySceneDetect CLI + save-images -n 1", lambda: scenedetect_cli(clip, "save-images", "-n", "1")),
-            ("PySceneDetect API + seek a keyframe per shot", lambda: scenedetect_api(clip, True)),
-            ("mediafleet extract_keyframes (shots + keyframes)", lambda: mediafleet_extract(clip)),
-            ("mediafleet in-process dispatcher, end to end", lambda: mediafleet_dispatch(dispatcher, clip)),
+        paths: list[tuple[str, Callable[[Path], list[int]]]] = [
+            ("ffmpeg -f null (bare decode, floor)", ffmpeg_null),
+            ("ffmpeg select='gt(scene,0.3)'", ffmpeg_scene),
+            ("PySceneDetect CLI, defaults (list-scenes)", scenedetect_cli),
+            ("PySceneDetect CLI + save-images -n 1", lambda p: scenedetect_cli(p, "save-images", "-n", "1")),
+            ("PySceneDetect API + seek a keyframe per shot", lambda p: scenedetect_api(p, True)),
+            ("mediafleet extract_keyframes (shots + keyframes)", mediafleet_extract),
+            ("mediafleet in-process dispatcher, end to end", lambda p: mediafleet_dispatch(dispatcher, p)),
         ]
         mediafleet_extract(clip)  # warm imports and OpenCV before timing
         rows = [("path", "seconds", "frames/s", "vs bare decode", "cuts exact", "false cuts")]
@@ -166,7 +166,11 @@ def main() -> None:
         floor = None
         for name, fn in paths:
             found: list[list[int]] = []
-            seconds = median_seconds(lambda fn=fn: found.append(fn()))  # type: ignore[misc]
+
+            def once(fn: Callable[[Path], list[int]] = fn, found: list[list[int]] = found, clip: Path = clip) -> None:
+                found.append(fn(clip))
+
+            seconds = median_seconds(once)
             floor = floor or seconds
             acc = accuracy(found[-1]) if name != paths[0][0] else None
             results[name] = {"seconds": round(seconds, 4), "frames_per_s": round(frames / seconds, 1),

@@ -49,7 +49,7 @@ from contract.manifest import (
 )
 from contract.pdf import PdfOptions, PdfPage, PdfResult
 from contract.results import OPTIONS_BY_MODALITY, ExtractionResult, parse_result
-from contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot
+from contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot, VideoSpeech
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -115,6 +115,7 @@ __all__ = [
     "VideoOptions",
     "VideoResult",
     "VideoShot",
+    "VideoSpeech",
     "VideoTimeRange",
     "address_kind",
     "caller_name",

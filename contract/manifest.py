@@ -9,10 +9,11 @@ capabilities, lower limits, fewer media types, devices or options) but never wid
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 

@@ -24,9 +24,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from contract.audio import AudioResult
 from contract.common import Digest, Producer, Strict
+from contract.errors import PublicError
 
-__all__ = ["Rational", "VideoKeyframe", "VideoMedia", "VideoOptions", "VideoResult", "VideoShot"]
+__all__ = ["Rational", "VideoKeyframe", "VideoMedia", "VideoOptions", "VideoResult", "VideoShot", "VideoSpeech"]
 
 Ms = Annotated[int, Field(strict=True, ge=0)]
 Index = Annotated[int, Field(strict=True, ge=0)]
@@ -55,6 +57,11 @@ class VideoOptions(Strict):
     )
     duplicate_distance: Annotated[int, Field(strict=True, ge=0, le=64)] = Field(
         6, description="keyframes whose 64-bit pHashes differ in at most this many bits are marked near-duplicates"
+    )
+    speech: bool = Field(
+        True,
+        description="also transcribe the audio track, when there is one, with the transcribe_segments engine "
+        "(its default options) in the same job",
     )
 
     @model_validator(mode="after")
@@ -89,7 +96,8 @@ class VideoMedia(Strict):
     width: Positive = Field(description="coded frame width in pixels, before rotation")
     height: Positive = Field(description="coded frame height in pixels, before rotation")
     rotation: Literal[0, 90, 180, 270] = Field(
-        description="degrees clockwise the frames are turned for display (the display matrix, as ffmpeg's autorotate applies it)"
+        description="degrees clockwise the frames are turned for display (the display matrix, as ffmpeg's "
+        "autorotate applies it)"
     )
     display_width: Positive = Field(description="width once rotated for display (keyframe images are stored upright)")
     display_height: Positive
@@ -165,11 +173,38 @@ class VideoKeyframe(Strict):
         return self
 
 
+class VideoSpeech(Strict):
+    """The audio track's transcript, made in the same job, or why there is none.
+
+    ``transcript`` times are on the audio stream's own timeline (from its first sample), exactly
+    as ``transcribe_segments`` returns them; add ``offset_ms`` to place them on the media timeline
+    (the fleet's AudioRange loci for a video are already shifted).
+    """
+
+    status: Literal["transcribed", "no_audio_track", "not_requested", "unavailable", "failed"] = Field(
+        description="unavailable: this worker has no audio engine; failed: the track could not be transcribed "
+        "(the shots and keyframes stand)"
+    )
+    offset_ms: Ms | None = Field(None, description="where the audio stream's first sample lies on the media timeline")
+    transcript: AudioResult | None = None
+    error: PublicError | None = Field(None, description="the public reason, when unavailable or failed")
+
+    @model_validator(mode="after")
+    def _status_fits(self) -> VideoSpeech:
+        done = self.status == "transcribed"
+        if done != (self.transcript is not None) or done != (self.offset_ms is not None):
+            raise ValueError("a transcript and its offset come with status 'transcribed' only")
+        if (self.status in ("unavailable", "failed")) != (self.error is not None):
+            raise ValueError("an error comes with status 'unavailable' or 'failed' only")
+        return self
+
+
 class VideoResult(Strict):
     kind: Literal["video"] = "video"
     media: VideoMedia
     shots: list[VideoShot] = Field(min_length=1)
     keyframes: list[VideoKeyframe] = Field(min_length=1, description="at least one per shot, in frame order")
+    speech: VideoSpeech
     producer: Producer
 
     @model_validator(mode="after")

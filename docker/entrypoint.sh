@@ -5,7 +5,7 @@
 #                   mf-<device>@<host name> (or MEDIAFLEET_WORKER_NAME) so healthcheck.sh can ping it
 #   flower [ARGS]   Flower on the fleet's broker; refuses to start without basic auth, keeps its
 #                   state in FLOWER_DB (persistent mode)
-#   extract | status | cancel | manifest | schema [ARGS]
+#   extract | status | cancel | gc | serve-mcp | manifest | schema [ARGS]
 #                   that `mediafleet` command (e.g. `docker compose run --rm cli status`)
 #   anything else   run as given
 #
@@ -44,7 +44,7 @@ case "$command" in
         mkdir -p "$(dirname -- "$FLOWER_DB")"
         exec celery -A workers.celery_app flower "$@"
         ;;
-    extract|status|cancel|manifest|schema)
+    extract|status|cancel|gc|serve-mcp|manifest|schema)
         exec mediafleet "$command" "$@"
         ;;
     *)

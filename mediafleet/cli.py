@@ -174,7 +174,7 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         try:
             job = dispatcher.submit(path, action=args.action, media_type=args.media_type, options=options,
                                     progress=show)
-            bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total))
+            bundle = job.bundle(timeout=args.timeout, on_progress=lambda p, show=show: show(p.done, p.total))
         except MediafleetError as exc:
             print(f"mediafleet extract: {path.name}: {exc.message}", file=sys.stderr)
             status = EXIT_FAILED

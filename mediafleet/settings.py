@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
@@ -131,4 +132,6 @@ def _with_password(url: str | None, password: SecretStr | None) -> str | None:
     scheme, rest = url.split("://", 1)
     if "@" in rest.split("/", 1)[0]:
         return url
-    return f"{scheme}://:{password.get_secret_value()}@{rest}"
+    # Percent-encoded, so a password with ':', '@' or '/' still parses as one (redis-py and kombu
+    # both unquote it).
+    return f"{scheme}://:{quote(password.get_secret_value(), safe='')}@{rest}"

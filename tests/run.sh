@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's second command: install what the tests need, then run the whole suite.
-#   Debian: redis-server (the tests start their own on a free loopback port), ffmpeg.
+#   Debian: redis-server (the tests start their own on a free loopback port), ffmpeg, docker-compose.
 #   Python: this package with every extra, into ./.venv.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+command -v docker-compose >/dev/null || missing+=(docker-compose)  # validates docker/compose.yaml
 if ((${#missing[@]})); then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq

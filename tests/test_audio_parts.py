@@ -21,11 +21,11 @@ from workers.engines import EngineConfig, configure, engine_config
 
 @pytest.fixture(scope="module")
 def mixture() -> np.ndarray:
-    """Three minutes: speech, silences from 50 ms to 4 s, noise bursts, and 40 s of unbroken speech."""
+    """Two minutes: speech, silences from 50 ms to 4 s, noise bursts, and 40 s of unbroken speech."""
     speech = pcm16(DATA / "speech.flac").astype(np.float32) / 32768.0
     rng = np.random.default_rng(7)
     parts = []
-    for i in range(14):
+    for i in range(9):
         parts.append(np.zeros(int(rng.uniform(0.05, 4.0) * 16000), dtype=np.float32))
         parts.append(speech if i % 4 else np.tile(speech[4800:70000], 10))  # ~40 s, no pause
         if i % 5 == 0:
@@ -33,7 +33,7 @@ def mixture() -> np.ndarray:
     return np.concatenate(parts)
 
 
-@pytest.mark.parametrize("block", [480000, 12345, 512 * 7])
+@pytest.mark.parametrize("block", [480000, 7 * 512 - 1])
 @pytest.mark.parametrize(
     "options",
     [
@@ -52,17 +52,13 @@ def test_streaming_vad_finds_exactly_what_faster_whisper_finds(mixture, options,
         assert detector.keep_from <= at + block
     found += detector.finish(len(mixture))
     assert [{"start": s.start, "end": s.end} for s in found] == expected
-    assert len(expected) > 10
+    assert len(expected) >= 5
 
 
 def test_windows_are_collect_chunks_and_map_back(mixture) -> None:
     options = VadOptions(max_speech_duration_s=30, min_silence_duration_ms=160)
     regions = get_speech_timestamps(mixture, options)
     chunks, meta = collect_chunks(mixture, [dict(r) for r in regions], max_duration=30)
-    packer = WindowPacker(30 * 16000)
-    windows = []
-    for region in SpeechDetector(options).feed(mixture) + []:
-        windows += list(packer.add(region, mixture[region.start : region.end]))
     detector = SpeechDetector(options)
     packer = WindowPacker(30 * 16000)
     windows = []

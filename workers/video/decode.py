@@ -32,7 +32,9 @@ class FrameReader:
 
     Args:
         probe: the opened container and its video stream.
-        threads: decoder threads (FFmpeg frame and slice threading when > 1).
+        threads: the worker's thread budget. With 1 the decoder runs in the calling thread; with
+            ``n > 1`` FFmpeg's frame threading gets ``n + 1`` threads, as FFmpeg's own automatic
+            choice does, so one frame is always in flight while the caller converts the last one.
         limits: the capability's limits; ``max_duration_s`` is enforced on the decoded timestamps too.
     """
 
@@ -40,7 +42,7 @@ class FrameReader:
         self.probe = probe
         self.limits = limits
         context = probe.stream.codec_context
-        context.thread_count = max(1, threads)
+        context.thread_count = threads + 1 if threads > 1 else 1
         context.thread_type = "AUTO" if threads > 1 else "NONE"
         self.count = 0
         self.repaired = 0

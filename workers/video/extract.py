@@ -7,7 +7,8 @@ closes, its keyframe is converted at full size, turned upright, hashed and store
 decoded twice and nothing seeks.
 
 Threads: the worker's engine configuration (``workers.engines``, set once per process) gives the
-thread count for FFmpeg's decoder, swscale and OpenCV; the extractor never reads the environment.
+thread budget: FFmpeg's decoder threads (see :class:`FrameReader`) and OpenCV's pool; conversion
+and detection run in the calling thread. The extractor never reads the environment.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from scenedetect.common import FrameTimecode
 from contract.common import Producer, sha256_digest
 from contract.errors import InternalError
 from contract.manifest import Limits
-from contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot
+from contract.video import (
+    Rational,
+    VideoKeyframe,
+    VideoMedia,
+    VideoOptions,
+    VideoResult,
+    VideoShot,
+    VideoSpeech,
+)
 from workers.engines import engine_config
 from workers.sink import BlobSink
 from workers.video.decode import FrameReader
@@ -37,6 +46,7 @@ from workers.video.keyframes import Candidate, KeyframePicker, encode_image, upr
 from workers.video.phash import near_duplicates, phash, phash_hex
 from workers.video.probe import Probe, open_video
 from workers.video.shots import AnalysisFrames, build_detector, sharpness
+from workers.video.speech import transcribe_track
 
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_keyframes"]
 
@@ -66,9 +76,8 @@ def _ms(seconds: Fraction) -> int:
 class _Shot:
     first: int
     first_pts: int
-    picker: KeyframePicker
+    picker: KeyframePicker | None  # released when the shot closes, with the frames it holds
     last: int = -1
-    keyframe: Candidate | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,7 @@ class _Shots:
             self._close()
             self.current = _Shot(index, pts, KeyframePicker(index))
         self.current.last = self.assigned = index
+        assert self.current.picker is not None
         self.current.picker.add(Candidate(index, pts, score, frame))
 
     def finish(self) -> None:
@@ -122,7 +132,9 @@ class _Shots:
         if shot is None:
             return
         self.current = None
+        assert shot.picker is not None
         key = shot.picker.pick(shot.last)
+        shot.picker = None
         self.closed.append(shot)
         self.keys.append(self._keyframe(key))
 
@@ -180,7 +192,9 @@ def _media(probe: Probe, reader: FrameReader, frame_rate: Fraction) -> VideoMedi
     )
 
 
-def _assemble(shots: _Shots, reader: FrameReader, media: VideoMedia, distance: int) -> tuple[list[VideoShot], list[VideoKeyframe]]:
+def _assemble(
+    shots: _Shots, reader: FrameReader, media: VideoMedia, distance: int
+) -> tuple[list[VideoShot], list[VideoKeyframe]]:
     """Shots and keyframes in the contract's units, never a shot of 0 ms.
 
     Merge rule (frames under 1 ms apart only): shots whose starts round to the same millisecond
@@ -230,12 +244,16 @@ def _assemble(shots: _Shots, reader: FrameReader, media: VideoMedia, distance: i
     return out_shots, keyframes
 
 
-def producer(options: VideoOptions, spec_facts: dict[str, Any], analysis: AnalysisFrames, threads: int) -> Producer:
+def producer(
+    options: VideoOptions, spec_facts: dict[str, Any], analysis: AnalysisFrames, threads: int, speech: VideoSpeech
+) -> Producer:
+    transcript = speech.transcript
     return Producer(
         engine="scenedetect",
         engine_version=metadata.version("scenedetect"),
         extractor=EXTRACTOR,
         extractor_version=EXTRACTOR_VERSION,
+        models=list(transcript.producer.models) if transcript is not None else [],
         options={
             **options.model_dump(mode="json"),
             **spec_facts,
@@ -245,6 +263,9 @@ def producer(options: VideoOptions, spec_facts: dict[str, Any], analysis: Analys
             "keyframe_rule": "sharpest of the n/8-n/4 frame bucket holding the shot's middle frame",
             "decoder": _decoder(),
             "threads": threads,
+            "speech_engine": (
+                f"{transcript.producer.engine} {transcript.producer.engine_version}" if transcript is not None else None
+            ),
         },
     )
 
@@ -267,7 +288,8 @@ def extract_keyframes(
             keyframes carry no image digest.
 
     Returns:
-        The media facts, the contiguous shots covering every frame, and one keyframe per shot.
+        The media facts, the contiguous shots covering every frame, one keyframe per shot, and
+        the audio track's transcript (or why there is none: :mod:`workers.video.speech`).
 
     Raises:
         InputRejected: empty, corrupt or truncated video, no video stream, unsupported codec.
@@ -277,7 +299,7 @@ def extract_keyframes(
     _use_threads(threads)
     with open_video(path, limits) as probe:
         reader = FrameReader(probe, threads, limits)
-        analysis = AnalysisFrames(probe.width, probe.height, threads)
+        analysis = AnalysisFrames(probe.width, probe.height)
         detector, spec = build_detector(options)
         lookback = detector.event_buffer_length
         rate = probe.average_rate or probe.base_rate or Fraction(25)
@@ -305,9 +327,12 @@ def extract_keyframes(
             progress(reader.count, reader.count)
         media = _media(probe, reader, _frame_rate(probe, reader))
         out_shots, keyframes = _assemble(shots, reader, media, options.duplicate_distance)
-        return VideoResult(
-            media=media,
-            shots=out_shots,
-            keyframes=keyframes,
-            producer=producer(options, spec.provenance(), analysis, threads),
-        )
+    speech = transcribe_track(path, wanted=options.speech, has_audio=probe.has_audio,
+                              audio_start_s=probe.audio_start_s, origin_s=probe.origin_s, limits=limits)
+    return VideoResult(
+        media=media,
+        shots=out_shots,
+        keyframes=keyframes,
+        speech=speech,
+        producer=producer(options, spec.provenance(), analysis, threads, speech),
+    )

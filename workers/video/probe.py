@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import av
 
@@ -39,11 +39,12 @@ class Probe:
     origin_s: Fraction
     declared_end_s: Fraction | None  # in pts seconds (not yet moved to the media timeline)
     has_audio: bool
+    audio_start_s: Fraction | None  # the start of the audio stream a transcription would use, pts seconds
 
     def close(self) -> None:
         self.container.close()
 
-    def __enter__(self) -> Probe:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -75,6 +76,14 @@ def _origin(container: Any) -> Fraction:
     if not starts and container.start_time is not None:
         starts = [Fraction(container.start_time, av.time_base)]
     return max(Fraction(0), min(starts, default=Fraction(0)))
+
+
+def _audio_start(container: Any) -> Fraction | None:
+    """Start of the audio stream ``transcribe_segments`` picks (FFmpeg's best), if there is one."""
+    if not container.streams.audio:
+        return None
+    stream = container.streams.best("audio") or container.streams.audio[0]
+    return Fraction(stream.start_time or 0) * stream.time_base
 
 
 def open_video(path: Path, limits: Limits) -> Probe:
@@ -144,4 +153,5 @@ def _probe(container: Any, size: int, limits: Limits) -> Probe:
         origin_s=origin,
         declared_end_s=declared_end,
         has_audio=bool(container.streams.audio),
+        audio_start_s=_audio_start(container),
     )

@@ -36,17 +36,21 @@ MIN_SCENE_LEN = 15  # frames; upstream's default for both detectors
 class AnalysisFrames:
     """Decoded frames -> the small BGR frames the detectors and the sharpness measure read."""
 
-    def __init__(self, width: int, height: int, threads: int) -> None:
+    def __init__(self, width: int, height: int) -> None:
         factor = compute_downscale_factor(max(width, height))
         self.size = (max(1, round(width / factor)), max(1, round(height / factor))) if factor > 1 else (width, height)
         self.factor = float(factor)
         self._scale = factor > 1
-        self._threads = max(1, threads)
-        self._reformatter = VideoReformatter()
+        self._reformatter = VideoReformatter()  # keeps its swscale context between frames
 
     def bgr(self, frame: Any) -> np.ndarray:
-        """The full-size BGR frame (a view on the converted frame's buffer)."""
-        return self._reformatter.reformat(frame, format="bgr24", threads=self._threads).to_ndarray()
+        """The full-size BGR frame (a view on the converted frame's buffer).
+
+        swscale runs in this thread, single-threaded: the decoder's threads are busy with the next
+        frames meanwhile, and slice threads for one frame cost more in hand-offs than they save
+        (measured: 0.08 vs 0.23 ms a 360p frame, 0.64 vs 0.75 ms at 1080p).
+        """
+        return self._reformatter.reformat(frame, format="bgr24", threads=1).to_ndarray()
 
     def small(self, frame: Any) -> np.ndarray:
         image = self.bgr(frame)

@@ -1,0 +1,65 @@
+"""Audio through the fleet: a real redis-server, a real prefork worker, the real packaged model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contract.errors import ErrorCode
+from mediafleet import Dispatcher, Settings
+from tests.helpers import assert_engine_valid, without_run
+from tests.test_audio import DATA
+from workers.audio.model import _cuda_devices
+
+pytestmark = pytest.mark.integration
+
+
+def test_audio_through_the_fleet_equals_the_in_process_bundle(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1")
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    local = Dispatcher(Settings(blob_root=tmp_path / "local-blobs"))
+    audio = (DATA / "speech.m4a").read_bytes()
+
+    remote = fleet.submit(audio).bundle(timeout=300)
+    here = local.submit(audio).bundle()
+
+    assert remote.status == "ok", remote.error
+    assert remote.action == "transcribe_segments"
+    assert without_run(remote) == without_run(here)
+    assert assert_engine_valid(remote) == 2
+
+
+def test_bad_audio_fails_and_the_worker_keeps_serving(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1")
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    broken = fleet.submit((DATA / "speech.flac").read_bytes()[:70000]).bundle(timeout=300)
+    assert broken.status == "failed" and broken.error is not None
+    assert broken.error.code == ErrorCode.CORRUPT_INPUT and "truncated" in broken.error.message
+    after = fleet.submit(DATA / "speech.opus").bundle(timeout=300)
+    assert after.status == "ok", after.error
+
+
+def _audio_worker_exit(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Start an audio-only worker (an operator manifest keeps just transcribe_segments) and wait."""
+    manifest = tmp_path / "audio-only.json"
+    manifest.write_text('{"capabilities": {"transcribe_segments": {}}}')
+    cmd = [sys.executable, "-m", "mediafleet.cli", "worker", *args]
+    return subprocess.run(cmd, env={**os.environ, **env, "MEDIAFLEET_MANIFEST_FILE": str(manifest)},
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_worker_without_its_model_refuses_to_start_naming_the_setting(fleet_env, tmp_path: Path) -> None:
+    done = _audio_worker_exit({**fleet_env, "MEDIAFLEET_WHISPER_MODEL_DIR": str(tmp_path / "no-model")}, tmp_path)
+    assert done.returncode == 2
+    assert "MEDIAFLEET_WHISPER_MODEL_DIR" in done.stderr
+
+
+@pytest.mark.skipif(_cuda_devices() > 0, reason="a CUDA device is visible here")
+def test_a_gpu_worker_without_a_gpu_refuses_to_start(fleet_env, tmp_path: Path) -> None:
+    done = _audio_worker_exit(fleet_env, tmp_path, "--device", "gpu")
+    assert done.returncode == 2
+    assert "no CUDA device" in done.stderr
