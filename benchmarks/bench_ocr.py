@@ -31,12 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import mediafleet  # noqa: E402,F401  (imports in the order the package expects)
-from benchmarks.harness import table, write_results  # noqa: E402
-from contract import DeviceClass, Limits, PdfOptions  # noqa: E402
-from workers.engines import EngineConfig, configure  # noqa: E402
-from workers.pdf.mupdf import pymupdf  # noqa: E402
-from workers.pdf.textlayer import extract_pdf  # noqa: E402
+import mediafleet  # noqa: F401 - imported first, as the package expects
+from benchmarks.harness import table, write_results
+from contract import DeviceClass, Limits, PdfOptions
+from workers.engines import EngineConfig, configure
+from workers.pdf.mupdf import pymupdf
+from workers.pdf.textlayer import extract_pdf
 
 DPI = 200
 FONTS = ["helv", "tiro", "cour"]
@@ -131,15 +131,15 @@ def main(pages: int = 3, mixed_pages: int = 10) -> None:
     for i, (png, reference) in enumerate(zip(pngs, texts)):
         one = tmp / f"page{i}.pdf"
         one.write_bytes(_subset(scanned, {i}))
-        dt, result = timed(lambda: extract_pdf(one, PdfOptions(), LIMITS))
+        dt, result = timed(lambda one=one: extract_pdf(one, PdfOptions(), LIMITS))
         mf_t.append(dt)
         mf_acc.append(word_accuracy(reference, result.pages[0].text))
-        dt, out = timed(lambda: subprocess.run([tesseract, str(png), "-", "--dpi", str(DPI)], capture_output=True,
+        dt, out = timed(lambda png=png: subprocess.run([tesseract, str(png), "-", "--dpi", str(DPI)], capture_output=True,
                                                text=True, env=env, check=True).stdout)
         tess_t.append(dt)
         tess_acc.append(word_accuracy(reference, out))
         image = cv2.imread(str(png))
-        dt, (res, _) = timed(lambda: shipped(image, use_cls=False))
+        dt, (res, _) = timed(lambda image=image: shipped(image, use_cls=False))
         raw_t.append(dt)
         raw = "\n".join(r[1] for r in sorted(res or [], key=lambda r: (r[0][0][1], r[0][0][0])))
         raw_acc.append(word_accuracy(reference, raw))

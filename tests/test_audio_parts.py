@@ -58,7 +58,7 @@ def test_streaming_vad_finds_exactly_what_faster_whisper_finds(mixture, options,
 def test_windows_are_collect_chunks_and_map_back(mixture) -> None:
     options = VadOptions(max_speech_duration_s=30, min_silence_duration_ms=160)
     regions = get_speech_timestamps(mixture, options)
-    chunks, meta = collect_chunks(mixture, [dict(r) for r in regions], max_duration=30)
+    chunks, _ = collect_chunks(mixture, [dict(r) for r in regions], max_duration=30)
     detector = SpeechDetector(options)
     packer = WindowPacker(30 * 16000)
     windows = []

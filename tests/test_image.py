@@ -47,7 +47,9 @@ def _write(tmp_path: Path, name: str, data: bytes) -> Path:
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG whose header claims ``width`` x ``height`` and whose data is a few bytes: a bomb."""
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    chunk = lambda kind, body: struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))  # noqa: E731
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b"")
 
 
@@ -131,6 +133,19 @@ def test_webp_and_bmp_are_read(tmp_path: Path, fmt: str) -> None:
 def test_an_image_with_no_text_is_ok_with_no_regions(tmp_path: Path, colour: int) -> None:
     page = _analyze(_write(tmp_path, "plain.png", encode(Image.new("RGB", (300, 200), (colour,) * 3), "PNG"))).pages[0]
     assert page.regions == [] and (page.width, page.height) == (300, 200)
+
+
+def test_a_one_line_strip_is_read(tmp_path: Path) -> None:
+    strip = text_image("A single line of text on a strip", (1100, 70))
+    page = _analyze(_write(tmp_path, "strip.png", encode(strip, "PNG"))).pages[0]
+    assert [r.text for r in page.regions] == ["A single line of text on a strip"]
+
+
+@pytest.mark.parametrize("size", [(5, 3000), (5000, 5), (1, 1)])
+def test_extreme_shapes_are_analysed_within_bounded_memory(tmp_path: Path, size: tuple[int, int]) -> None:
+    # The detector scales the shorter side up to 736 px; unpadded, a 5 x 3000 strip would need ~4 GB.
+    page = _analyze(_write(tmp_path, "odd.png", encode(Image.new("L", size, 0), "PNG"))).pages[0]
+    assert (page.width, page.height) == size and page.regions == []
 
 
 # -- pHash ----------------------------------------------------------------------------------------

@@ -139,11 +139,16 @@ def test_near_duplicate_keyframes_are_marked_not_dropped(clips) -> None:
     assert hamming(int(first.phash, 16), int(second.phash, 16)) > 6
 
 
-def test_phash_is_stable_and_separates_pictures() -> None:
+def test_phash_is_the_image_capability_s_and_separates_pictures() -> None:
+    from PIL import Image
+
+    from workers.image.phash import phash as image_phash
+
     yy, xx = np.mgrid[0:120, 0:160]
-    a = ((xx * 2 + yy) % 256).astype(np.uint8)
-    b = ((xx // 20 + yy // 20) % 2 * 255).astype(np.uint8)
-    assert phash(a) == phash(a.copy())
+    a = cv2.merge([((xx * 2 + yy) % 256).astype(np.uint8)] * 3)
+    b = cv2.merge([((xx // 20 + yy // 20) % 2 * 255).astype(np.uint8)] * 3)
+    a[:40, :40] = (0, 0, 255)  # red, in BGR
+    assert f"{phash(a):016x}" == image_phash(Image.fromarray(a[:, :, ::-1].copy()))
     assert hamming(phash(a), phash(cv2.GaussianBlur(a, (3, 3), 0))) <= 4
     assert hamming(phash(a), phash(b)) > 16
     assert near_duplicates([0b1111, 0b0111, 0xFFFF0000, 0b1111], 1) == [None, (0, 1), None, (0, 0)]
@@ -163,6 +168,13 @@ def test_without_a_sink_no_image_is_encoded(clips) -> None:
 
 
 # --- time and media facts --------------------------------------------------------------------
+
+
+def test_a_one_frame_video_is_one_shot_of_one_frame(tmp_path: Path) -> None:
+    result = run(write_clip(tmp_path / "one.mkv", [(0, 1)]))
+    assert [(s.start_ms, s.end_ms, s.first_frame_index, s.last_frame_index) for s in result.shots] == [(0, 40, 0, 0)]
+    assert result.keyframes[0].frame_index == 0 and result.media.frame_count == 1
+    assert loci_valid(to_loci(result, "v"))
 
 
 def test_variable_frame_rate_times_come_from_timestamps(clips) -> None:

@@ -38,7 +38,11 @@ def scene_frame(scene: int, t: int, width: int, height: int) -> np.ndarray:
     cell = 6 + 5 * (scene % 5)
     yy, xx = np.mgrid[0:height, 0:width]
     checker = ((yy // cell + xx // cell) % 2).astype(np.float64)[..., None]
-    image = base * (0.7 + 0.3 * checker)
+    # A brightness ramp in a direction of the scene's own: strong, stable low frequencies (pHash).
+    angle = scene * 1.1
+    ramp = np.cos(angle) * xx / width + np.sin(angle) * yy / height
+    ramp = ((ramp - ramp.min()) / max(np.ptp(ramp), 1e-9))[..., None]
+    image = base * (0.45 + 0.45 * ramp + 0.15 * checker)
     # A darker band whose place and direction differ between scenes, so their greys differ too.
     third = scene % 3
     if scene % 2:

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import av
 import numpy as np
@@ -75,10 +74,10 @@ class AudioDecoder:
             raise
         self.decoded_samples = 0
 
-    def __enter__(self) -> AudioDecoder:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -36,6 +36,10 @@ ENGINE = "rapidocr-onnxruntime"
 _CUDA = "CUDAExecutionProvider"
 # A recogniser batch: lines of similar width (sorted), so little of each batch is padding.
 _REC_BATCH = 8
+# The detector scales an image up until its shorter side is 736 px; a strip of 5 x 3000 px would
+# become 736 x 441,600. Images longer than this many times their width (or the reverse) are padded
+# with their median colour first, so the detector's input stays bounded (about 3,000 x 736).
+_MAX_ASPECT = 4
 
 
 class OcrEngine:
@@ -113,8 +117,9 @@ class OcrEngine:
         """Quadrilaterals (4x2, clockwise from top-left, image pixels) around each text line.
 
         The detector runs on a copy scaled down to ``max_side`` pixels on its longer side (small
-        text on a page stays findable at ~110 dpi and detection is ~4x cheaper than at 200);
-        the quads are scaled back, so crops for recognition come from the full image.
+        text on a page stays findable at ~110 dpi and detection is ~4x cheaper than at 200) and
+        padded to an aspect ratio of at most ``_MAX_ASPECT``; the quads are mapped back, so crops
+        for recognition come from the full image.
         """
         h, w = image.shape[:2]
         scale = min(1.0, max_side / max(h, w))
@@ -123,14 +128,21 @@ class OcrEngine:
             import cv2
 
             small = cv2.resize(image, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
-        small, record = self._ocr.maybe_add_letterbox(small, {})
-        top = record["padding_1"]["top"]
+        sh, sw = small.shape[:2]
+        pad_h, pad_w = max(0, -(-sw // _MAX_ASPECT) - sh), max(0, -(-sh // _MAX_ASPECT) - sw)
+        top, left = pad_h // 2, pad_w // 2
+        if pad_h or pad_w:
+            import cv2
+
+            fill = [float(v) for v in np.median(small.reshape(-1, small.shape[2]), axis=0)]
+            small = cv2.copyMakeBorder(small, top, pad_h - top, left, pad_w - left, cv2.BORDER_CONSTANT, value=fill)
         quads, _ = self._det(small)
         if quads is None or len(quads) == 0:
             return []
         out = []
         for quad in quads:
             q = np.asarray(quad, dtype=np.float32).copy()
+            q[:, 0] -= left
             q[:, 1] -= top
             q /= scale
             q[:, 0] = np.clip(q[:, 0], 0, w)

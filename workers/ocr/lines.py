@@ -60,8 +60,8 @@ def _box(quad: np.ndarray, width: int, height: int) -> tuple[float, float, float
 
 
 def _joinable(left: OcrLine, right: OcrLine) -> bool:
-    lx0, ly0, lx1, ly1 = left.box
-    rx0, ry0, rx1, ry1 = right.box
+    _, ly0, lx1, ly1 = left.box
+    rx0, ry0, _, ry1 = right.box
     shorter, taller = sorted((ly1 - ly0, ry1 - ry0))
     overlap = min(ly1, ry1) - max(ly0, ry0)
     gap = rx0 - lx1

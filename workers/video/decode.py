@@ -83,7 +83,9 @@ class FrameReader:
                 if pts is None:
                     pts, self.repaired = 0, self.repaired + 1
                 self.first_pts = pts
-                self.rotation = (-round(frame.rotation)) % 360
+                # PyAV gives the display matrix's angle counter-clockwise; turned clockwise and
+                # rounded to a quarter turn (the only ones ffmpeg's autorotate applies exactly).
+                self.rotation = (-round(frame.rotation / 90) * 90) % 360
                 if self.time_s(pts) < 0:
                     # Frames presented before every stream's declared start: they open the timeline.
                     self.probe.origin_s = Fraction(pts) * self.probe.time_base

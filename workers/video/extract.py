@@ -140,7 +140,6 @@ class _Shots:
 
     def _keyframe(self, key: Candidate) -> _Key:
         image = upright(self.analysis.bgr(key.frame), self.reader.rotation)
-        grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
         digest = media_type = None
         if self.sink is not None:
             data, media_type = encode_image(image, self.options.keyframe_format)
@@ -148,7 +147,7 @@ class _Shots:
             if digest != sha256_digest(hashlib.sha256(data).hexdigest()):
                 raise InternalError("the blob sink returned a digest that does not match the image")
         return _Key(key.index, key.pts, key.sharpness, digest, media_type,
-                    image.shape[1], image.shape[0], phash(grey))
+                    image.shape[1], image.shape[0], phash(image))
 
 
 def _frame_rate(probe: Probe, reader: FrameReader) -> Fraction:

@@ -1,10 +1,8 @@
-"""A 64-bit DCT perceptual hash and near-duplicate marking.
+"""Keyframe pHashes, the same as the image capability's, and near-duplicate marking.
 
-The hash follows the usual pHash recipe (as in the ``imagehash`` package): the grey image shrunk
-to 32x32, its 2-D DCT, the 8x8 lowest frequencies compared with their median, one bit each, the
-top-left coefficient as the most significant bit. The shrink uses OpenCV's area interpolation, so
-values may differ from ``imagehash`` by a bit or two on the same image; within the fleet they are
-stable.
+The hash is :func:`workers.image.phash.phash` (the ``imagehash`` recipe: grey, 32x32 Lanczos, DCT,
+8x8 low frequencies against their median), so a keyframe's pHash compares directly with an
+image's from ``analyze_image``.
 """
 
 from __future__ import annotations
@@ -13,19 +11,16 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
+from PIL import Image
+
+from workers.image.phash import phash as image_phash
 
 __all__ = ["hamming", "near_duplicates", "phash", "phash_hex"]
 
 
-def phash(grey: np.ndarray) -> int:
-    """The 64-bit pHash of a 2-D uint8 image."""
-    small = cv2.resize(grey, (32, 32), interpolation=cv2.INTER_AREA).astype(np.float32)
-    low = cv2.dct(small)[:8, :8]
-    bits = (low > np.median(low)).ravel()
-    value = 0
-    for bit in bits:
-        value = (value << 1) | int(bit)
-    return value
+def phash(bgr: np.ndarray) -> int:
+    """The 64-bit pHash of an upright BGR frame."""
+    return int(image_phash(Image.fromarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))), 16)
 
 
 def phash_hex(value: int) -> str:
