@@ -111,7 +111,7 @@ def test_images_are_non_root_offline_checked_and_healthchecked(dockerfile: str) 
 def test_cpu_image_is_slim_python_311_with_flower() -> None:
     text = (DOCKER / "Dockerfile.cpu").read_text()
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in text
-    assert '"/src[pdf,ocr,audio,video,monitor,s3,mcp]"' in text
+    assert '"/src[pdf,ocr,audio,video,monitor,s3,mcp,signing]"' in text
     assert "MEDIAFLEET_DEVICE=cpu" in text
 
 

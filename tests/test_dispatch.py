@@ -161,3 +161,22 @@ def test_blob_references_cannot_leave_the_store(tmp_path: Path) -> None:
             with store.verified_path(bad):
                 pass
         assert "etc/passwd" not in str(err.value)
+
+
+def test_video_speech_follows_the_manifest_in_force(tmp_path: Path) -> None:
+    """Narrowing extract_keyframes to shots and frames turns its speech transcript off."""
+    video = Path(__file__).parent / "data" / "speech.mp4"
+    full = Dispatcher(Settings(blob_root=tmp_path / "a")).submit(video).bundle()
+    kinds = {n.properties["locus_kind"] for n in full.nodes if n.node_type == "Evidence"}
+    assert full.status == "ok" and "audio_range" in kinds
+
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"capabilities": {
+        "ocr_pdf": {}, "extract_keyframes": {"produces": ["VideoShot", "VideoFrameRange"]}}}))
+    narrowed = Dispatcher(Settings(blob_root=tmp_path / "b", manifest_file=path))
+    quiet = narrowed.submit(video).bundle()
+    assert quiet.status == "ok"
+    assert {n.properties["locus_kind"] for n in quiet.nodes if n.node_type == "Evidence"} == {
+        "video_time_range", "frame_range"}
+    asked = narrowed.submit(video, options={"speech": True}).bundle()
+    assert asked.status == "failed" and asked.error.code == ErrorCode.CAPABILITY_NOT_DECLARED

@@ -28,7 +28,7 @@ def _analyze(path: Path, limits: Limits = LIMITS, sink: MemorySink | None = None
 def text_image(text: str, size: tuple[int, int] = (640, 160), fg: int = 0, bg: int = 255) -> Image.Image:
     image = Image.new("L", size, bg)
     font = ImageFont.load_default(size=48)
-    ImageDraw.Draw(image).text((24, 48), text, fill=fg, font=font)
+    ImageDraw.Draw(image).text((24, max(4, (size[1] - 56) // 2)), text, fill=fg, font=font)
     return image
 
 

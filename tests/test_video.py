@@ -191,6 +191,13 @@ def test_variable_frame_rate_times_come_from_timestamps(clips) -> None:
     assert media.duration_ms > clip.ms(clip.frames - 1)
 
 
+def test_frames_without_timestamps_are_timed_from_their_neighbours_and_counted(tmp_path: Path) -> None:
+    """A raw H.264 stream carries no pts: each frame is one nominal step (1/25 s) after the last."""
+    result = run(write_clip(tmp_path / "raw.h264", [(0, 30), (1, 30)]))
+    assert result.media.repaired_timestamps == result.media.frame_count == 60
+    assert [s.start_ms for s in result.shots] == [0, 1200] and result.media.duration_ms == 2400
+
+
 def test_a_video_stream_that_starts_after_its_audio_keeps_its_offset(clips) -> None:
     clip = clips["late"]
     result = run(clip)

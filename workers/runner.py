@@ -13,12 +13,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from billiard.exceptions import SoftTimeLimitExceeded
+from pydantic import BaseModel
 
 from adapters.loci import to_loci
 from adapters.verify import loci_valid
-from contract.errors import CapabilityRefused, ErrorCode, IntegrityError, PublicError, TimedOut, to_public
+from contract.addresses import AddressKind
+from contract.errors import (
+    CapabilityRefused,
+    ErrorCode,
+    IntegrityError,
+    PublicError,
+    TimedOut,
+    to_public,
+)
 from contract.jobs import ExtractRequest, Outcome
-from contract.manifest import DeviceClass, Manifest
+from contract.manifest import Capability, DeviceClass, Manifest
 from contract.results import OPTIONS_BY_MODALITY
 from mediafleet.blobstore import BlobStore
 from workers.extractor import ProgressFn, load_extractor
@@ -31,6 +40,22 @@ log = logging.getLogger("mediafleet.worker")
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _within_manifest(options: BaseModel, request: ExtractRequest, capability: Capability,
+                     manifest: Manifest) -> BaseModel:
+    """Turn off what an option would add that the manifest in force does not declare.
+
+    A video's speech transcript is AudioRange evidence made by the ``transcribe_segments`` engine:
+    when the operator's manifest drops either, speech is off by default and refused when asked for.
+    """
+    if getattr(options, "speech", False):
+        allowed = AddressKind.AUDIO_RANGE in capability.produces and "transcribe_segments" in manifest.capabilities
+        if not allowed:
+            if request.options.get("speech") is True:
+                raise CapabilityRefused("speech is not declared for this action by the manifest in force")
+            options = options.model_copy(update={"speech": False})
+    return options
 
 
 def run_request(
@@ -56,7 +81,9 @@ def run_request(
         capability.check_media_type(request.artifact.media_type)
         capability.check_size(request.artifact.bytes)
         capability.check_options(request.options)
-        options = OPTIONS_BY_MODALITY[capability.modality.value].model_validate(request.options)
+        options = _within_manifest(
+            OPTIONS_BY_MODALITY[capability.modality.value].model_validate(request.options), request, capability, manifest
+        )
         extractor = load_extractor(capability)
         with store.verified_path(request.artifact.digest) as path:
             checks["digest_recomputed"] = True

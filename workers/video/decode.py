@@ -49,6 +49,7 @@ class FrameReader:
         self.first_pts: int | None = None
         self.last_pts: int | None = None
         self.last_duration: int | None = None
+        self.last_step: int | None = None
         self.min_step: int | None = None
         self.max_step: int | None = None
         self.rotation = 0
@@ -92,9 +93,9 @@ class FrameReader:
                     max_pts = self._max_pts()
             else:
                 if pts is None or pts <= self.last_pts:
-                    step = self.max_step if self.max_step is not None else self._nominal_step()
+                    step = self.last_step if self.last_step is not None else self._nominal_step()
                     pts, self.repaired = self.last_pts + step, self.repaired + 1
-                step = pts - self.last_pts
+                step = self.last_step = pts - self.last_pts
                 self.min_step = step if self.min_step is None else min(self.min_step, step)
                 self.max_step = step if self.max_step is None else max(self.max_step, step)
             if max_pts is not None and pts > max_pts:
@@ -114,9 +115,9 @@ class FrameReader:
         return math.floor((Fraction(self.limits.max_duration_s) + self.probe.origin_s) / self.probe.time_base)
 
     def end_pts(self) -> int:
-        """The pts just after the last frame: its own duration, else the last step, else nominal."""
+        """The pts just after the last frame: its own duration, else the step before it, else nominal."""
         assert self.last_pts is not None
-        step = self.last_duration or self.max_step or self._nominal_step()
+        step = self.last_duration or self.last_step or self._nominal_step()
         return self.last_pts + step
 
     @property
