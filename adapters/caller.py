@@ -83,7 +83,11 @@ def _video(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
             if png is not None:
                 keyframe["png_b64"] = png
             keyframes.append(keyframe)
-    return {"shots": shots, "keyframes": keyframes}
+    shape: dict[str, Any] = {"shots": shots, "keyframes": keyframes}
+    # The video's spoken words, when it has them: the audio callers' shape, on the same subject.
+    if (speech := _audio(bundle)["segments"]):
+        shape["segments"] = speech
+    return shape
 
 
 def _thumbnail_ref(props: Mapping[str, Any]) -> str | None:

@@ -527,6 +527,18 @@ def test_video_keyframes_gives_shots_and_png_keyframes_of_testvideo(caller: Call
     assert assert_engine_valid(bundle) == len(loci) + len(frames)
 
 
+@pytest.mark.skipif(not declared("extract_keyframes"), reason="the extract_keyframes capability has not landed")
+def test_video_keyframes_also_returns_the_spoken_words(caller: Caller) -> None:
+    mp4 = (Path(__file__).parent / "data" / "speech.mp4").read_bytes()
+    data, is_error = caller.call("video_keyframes", artifact(mp4, "video/mp4"))
+    assert not is_error, data
+    shots, _ = parse_video(data)
+    segments = parse_audio(data)
+    words = " ".join(s["text"] for s in segments).lower()
+    assert "finance team" in words and "good day" in words
+    assert all(0 <= s["start_ms"] < s["end_ms"] <= shots[-1]["end_ms"] for s in segments)
+
+
 def parse_image(data: dict[str, Any]) -> tuple[str, bytes | None, list[dict[str, Any]]]:
     """``phash``, ``thumbnail_png_b64?``, ``regions: [{x, y, width, height, label?, confidence?, crop_png_b64?}]``."""
     assert isinstance(data["phash"], str) and data["phash"]
