@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     wk = sub.add_parser("worker", help="run a Celery worker for the configured device's queues")
     wk.add_argument("--queues", help="comma-separated queues (default: every capability for --device)")
     wk.add_argument("--concurrency", type=int, default=1)
-    wk.add_argument("--device", choices=["cpu", "gpu"])
+    wk.add_argument("--device", choices=["cpu", "gpu", "auto"],
+                    help="the device class to serve; auto: gpu when a CUDA device is visible, else cpu")
     wk.add_argument("--pool", default="prefork")
     wk.add_argument("--loglevel", default="INFO")
     wk.add_argument("--hostname", help="worker node name (default: Celery's)")
@@ -97,7 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         overrides: dict[str, Any] = {}
         if getattr(args, "broker", None):
             overrides["broker_url"] = args.broker
-        if getattr(args, "device", None):
+        if getattr(args, "device", None) == "auto":
+            from workers.gpu import visible_gpus
+
+            gpus = visible_gpus()
+            overrides["device"] = "gpu" if gpus else "cpu"
+            print(f"mediafleet worker: {gpus} CUDA device(s) visible: serving {overrides['device']}", file=sys.stderr)
+        elif getattr(args, "device", None):
             overrides["device"] = args.device
         settings = Settings.load(**overrides)
         manifest = settings.manifest()

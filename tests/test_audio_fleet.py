@@ -13,7 +13,7 @@ from contract.errors import ErrorCode
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid, without_run
 from tests.test_audio import DATA
-from workers.audio.model import _cuda_devices
+from workers.gpu import visible_gpus
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_a_worker_without_its_model_refuses_to_start_naming_the_setting(fleet_en
     assert "MEDIAFLEET_WHISPER_MODEL_DIR" in done.stderr
 
 
-@pytest.mark.skipif(_cuda_devices() > 0, reason="a CUDA device is visible here")
+@pytest.mark.skipif(visible_gpus() > 0, reason="a CUDA device is visible here")
 def test_a_gpu_worker_without_a_gpu_refuses_to_start(fleet_env, tmp_path: Path) -> None:
     done = _audio_worker_exit(fleet_env, tmp_path, "--device", "gpu")
     assert done.returncode == 2

@@ -17,6 +17,7 @@ from tests.test_audio import DATA, pcm16
 from workers.audio import model
 from workers.audio.vad import FixedWindows, Samples, SpeechDetector, WindowPacker
 from workers.engines import EngineConfig, configure, engine_config
+from workers.gpu import visible_gpus
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,7 @@ def test_the_packaged_model_passes_the_cpu_start_up_check(restore_engine_config)
     model.check_device(DeviceClass.CPU)
 
 
-@pytest.mark.skipif(model._cuda_devices() > 0, reason="a CUDA device is visible here")
+@pytest.mark.skipif(visible_gpus() > 0, reason="a CUDA device is visible here")
 def test_a_gpu_worker_without_a_gpu_is_refused(restore_engine_config) -> None:
     configure(EngineConfig(device=DeviceClass.GPU))
     with pytest.raises(Unavailable, match="no CUDA device"):

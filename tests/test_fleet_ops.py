@@ -55,6 +55,15 @@ def test_a_job_with_no_live_worker_is_held_then_runs(fleet_env, start_worker, tm
     assert dispatcher.status()["workers"]["cpu"]
 
 
+def test_a_worker_declares_the_device_class_it_can_really_serve(fleet_env, start_worker, tmp_path: Path) -> None:
+    from workers.gpu import visible_gpus
+
+    start_worker("--concurrency=1", "--device=auto")
+    expected = "gpu" if visible_gpus() else "cpu"
+    workers = fleet(fleet_env, tmp_path).status()["workers"]
+    assert len(workers[expected]) == 1 and not workers["gpu" if expected == "cpu" else "cpu"]
+
+
 def test_progress_is_recorded_and_the_state_is_never_ambiguous(fleet_env, start_worker, tmp_path: Path) -> None:
     start_worker("--concurrency=1", module=FAULTY)
     dispatcher = fleet(fleet_env, tmp_path)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -29,6 +27,7 @@ from contract.common import ModelRef, sha256_digest
 from contract.errors import Unavailable
 from contract.manifest import DeviceClass
 from workers.engines import EngineConfig, engine_config
+from workers.gpu import visible_gpus
 
 __all__ = ["SETTING", "Whisper", "check_device", "model_dir", "model_ref", "whisper"]
 
@@ -159,16 +158,6 @@ def _load(folder: Path, config: EngineConfig) -> Whisper:
     )
 
 
-def _cuda_devices() -> int:
-    """How many CUDA devices CTranslate2 sees, asked of a separate interpreter (no CUDA init here)."""
-    code = "import ctranslate2, sys; sys.stdout.write(str(ctranslate2.get_cuda_device_count()))"
-    try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
-        return int(done.stdout.strip() or 0)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return 0
-
-
 def check_device(device: DeviceClass) -> None:
     """Start-up check of a worker serving ``transcribe_segments`` (run before the pool forks).
 
@@ -177,5 +166,5 @@ def check_device(device: DeviceClass) -> None:
             sees no CUDA device.
     """
     model_dir(engine_config())
-    if device == DeviceClass.GPU and _cuda_devices() < 1:
+    if device == DeviceClass.GPU and visible_gpus() < 1:
         raise Unavailable("no CUDA device is visible, so this worker cannot serve the gpu device class")

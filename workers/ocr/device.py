@@ -7,27 +7,13 @@ NVIDIA driver lists; without both the worker refuses to start rather than quietl
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 from contract.errors import Unavailable
 from contract.manifest import DeviceClass
+from workers.gpu import visible_gpus
 
-__all__ = ["check_device", "visible_gpus"]
+__all__ = ["check_device"]
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
-
-
-def visible_gpus() -> int:
-    """How many GPUs ``nvidia-smi -L`` lists (0 without the driver's tool), asked in a child process."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return 0
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def check_device(device: DeviceClass) -> None:
