@@ -8,8 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +149,83 @@ def start_worker(fleet_env: dict[str, str], tmp_path: Path) -> Iterator[Callable
     yield start
     for worker in workers:
         worker.stop()
+
+
+# S3-compatible object store: moto's server mode over real HTTP on loopback.
+
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "mediafleet-test",
+    "AWS_SECRET_ACCESS_KEY": "mediafleet-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": "/nonexistent/mediafleet-test",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/mediafleet-test",
+}
+
+
+class MotoServer:
+    """``moto_server`` (moto's S3 over HTTP) in its own process on a free loopback port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail("moto_server exited at start")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        pytest.fail("moto_server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in AWS_ENV.items():
+            mp.setenv(name, value)
+        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(name, raising=False)
+        server = MotoServer()
+        server.start()
+        yield server
+        server.stop()
+
+
+@pytest.fixture
+def s3(moto_server: MotoServer) -> Any:
+    """A raw client on the server (for arranging and inspecting, not the code under test)."""
+    from mediafleet.s3store import make_client
+
+    return make_client(moto_server.url, "us-east-1")
+
+
+@pytest.fixture
+def bucket(s3: Any) -> str:
+    name = f"mf-{uuid.uuid4().hex[:20]}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_settings(moto_server: MotoServer, bucket: str, tmp_path: Path) -> Any:
+    from mediafleet.settings import Settings
+
+    return Settings(blob_url=f"s3://{bucket}/fleet/blobs", s3_endpoint_url=moto_server.url, s3_region="us-east-1",
+                    blob_root=tmp_path / "local")

@@ -91,6 +91,19 @@ def test_cancelling_a_queued_job_means_it_never_runs(fleet_env, start_worker, tm
     assert dispatcher.jobs().get(job.id).completions == 0
 
 
+def test_resubmitting_a_cancelled_queued_job_runs_it_once(fleet_env, start_worker, tmp_path: Path) -> None:
+    dispatcher = fleet(fleet_env, tmp_path)
+    pdf = text_pdf(3)
+    first = dispatcher.submit(pdf)
+    assert dispatcher.cancel(first.id) == JobState.CANCELLED
+    again = dispatcher.submit(pdf)  # a new submission of the same job; the old message is still queued
+    assert again.id == first.id
+    start_worker("--concurrency=1")
+    assert again.bundle(timeout=120).status == "ok"
+    record = dispatcher.jobs().get(again.id)
+    assert record.state == JobState.DONE and record.completions == 1
+
+
 def test_cancelling_a_running_job_stops_it(fleet_env, start_worker, tmp_path: Path) -> None:
     start_worker("--concurrency=1", module=FAULTY)
     dispatcher = fleet(fleet_env, tmp_path)

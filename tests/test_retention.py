@@ -16,10 +16,15 @@ from contract import default_manifest
 from contract.errors import Unavailable
 from mediafleet import LocalBlobStore, Settings
 from mediafleet.blobstore import open_store
-from mediafleet.retention import Retention, collect_garbage, expire_results, gc, live_references
+from mediafleet.retention import (
+    Retention,
+    collect_garbage,
+    expire_results,
+    gc,
+    live_references,
+)
 from mediafleet.s3store import REFRESH_S, S3BlobStore
 from tests.conftest import free_port
-from tests.test_s3store import bucket, moto_server, s3, s3_settings  # noqa: F401 - fixtures
 
 WINDOW = Retention(blob_s=1000, temp_s=100, result_ttl_s=500)
 

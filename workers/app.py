@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import Ignore
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from contract.errors import Cancelled, ErrorCode, PublicError
@@ -122,7 +123,10 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         store_ = job_store()
         attempts, before = store_.start(req.job_id, self.request.hostname or "", token)
         if attempts < 0:
-            return {"job_id": req.job_id, "status": "stale", "error": None}
+            # A message from a submission that was cancelled and claimed again: the current
+            # submission has its own message. Ignore stores no result, so it cannot wake (or
+            # mislead) the current submission's waiters.
+            raise Ignore()
         unit = PROGRESS_UNITS.get(req.artifact.modality.value, "items")
         last = [0.0]
 
