@@ -161,6 +161,7 @@ def _schemas() -> dict[str, Any]:
 def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     from adapters.prov import to_turtle
     from contract.errors import MediafleetError
+    from contract.jobs import JobState
     from mediafleet.dispatch import Dispatcher
 
     files = list(args.files) + (_samples() if args.samples else [])
@@ -181,6 +182,10 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         try:
             job = dispatcher.submit(path, action=args.action, media_type=args.media_type, options=options,
                                     progress=show)
+            if job.state() == JobState.HELD:
+                record = dispatcher.jobs().get(job.id)
+                reason = record.held_reason if record else None
+                print(f"mediafleet extract: {path.name}: held ({reason}); waiting for a worker", file=sys.stderr)
             bundle = job.bundle(timeout=args.timeout, on_progress=lambda p, show=show: show(p.done, p.total))
         except MediafleetError as exc:
             print(f"mediafleet extract: {path.name}: {exc.message}", file=sys.stderr)

@@ -68,3 +68,18 @@ def test_cli_submits_to_the_fleet_with_broker(fleet_env, start_worker, tmp_path:
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
     assert json.loads(line)["status"] == "ok"
+
+
+def test_cli_says_when_a_job_is_held_for_want_of_a_worker(fleet_env, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    pdf = tmp_path / "doc.pdf"
+    pdf.write_bytes(text_pdf(1))
+    env = {**os.environ, **fleet_env}
+    proc = subprocess.run([sys.executable, "-m", "mediafleet.cli", "extract", str(pdf), "--timeout", "2"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "held (no live worker for ocr_pdf on cpu)" in proc.stderr
+    assert "did not finish within the wait timeout" in proc.stderr
