@@ -240,3 +240,14 @@ def test_a_redis_restart_loses_no_queued_or_finished_job(start_worker, tmp_path:
             assert fresh.job(job.id).bundle(timeout=120).status == "ok"
     finally:
         server.stop()
+
+
+def test_outcomes_are_kept_for_the_callers_pickup_window(fleet_env, start_worker, tmp_path: Path) -> None:
+    start_worker("--concurrency=1")
+    dispatcher = fleet(fleet_env, tmp_path, result_ttl_s=60)
+    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    short = dispatcher.submit(text_pdf(1))
+    long = dispatcher.submit(text_pdf(2), keep_result_s=86_400)
+    assert short.bundle(timeout=120).status == "ok" and long.bundle(timeout=120).status == "ok"
+    assert 0 < client.ttl(dispatcher.jobs().key(short.id)) <= 60
+    assert 60 < client.ttl(dispatcher.jobs().key(long.id)) <= 86_400
