@@ -319,7 +319,7 @@ class Dispatcher:
 
     def _enqueue(self, request: ExtractRequest, capability: Capability, priority: int | None,
                  keep_result_s: int | None) -> Job:
-        from workers.app import EXTRACT_TASK, redis_priority
+        from workers.app import send_extract
 
         jobs = self.jobs()
         device, held = self._route(capability)
@@ -332,16 +332,8 @@ class Dispatcher:
                            keep_s=keep_result_s or self.settings.result_ttl_s)
         if token is not None:
             self._result_of(request.job_id).forget()
-            self.app.send_task(
-                EXTRACT_TASK,
-                args=[request.model_dump(mode="json")],
-                kwargs={"token": token},
-                task_id=request.job_id,
-                queue=capability.queue(device),
-                soft_time_limit=capability.time_limits.soft_s,
-                time_limit=capability.time_limits.hard_s,
-                priority=redis_priority(level),
-            )
+            if not held:
+                send_extract(self.app, request, capability, token, level)
         else:
             record = jobs.get(request.job_id)
             if record is not None:
@@ -354,8 +346,9 @@ class Dispatcher:
     def _route(self, capability: Capability) -> tuple[DeviceClass, str | None]:
         """The first allowed device class with a live worker on the capability's queue.
 
-        With none alive the job is held on the preferred class's queue (never on a class the
-        manifest forbids) and the reason is recorded, so ``status`` shows it.
+        With none alive the job is held: recorded, on no queue, with the reason (``status`` shows
+        it), until the first worker of an allowed class comes up and queues it for its own class.
+        It never runs on a class the manifest forbids.
         """
         alive = {q for w in live_workers(self.app.backend.client) for q in w.queues}
         for device in capability.devices:

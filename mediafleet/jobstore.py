@@ -14,10 +14,10 @@ failed in a retryable way, or was cancelled, may be claimed again.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from contract.errors import ErrorCode, PublicError
@@ -26,6 +26,7 @@ from contract.jobs import ExtractRequest, JobState, Outcome, Progress
 __all__ = ["MAX_DELIVERIES", "JobRecord", "JobStore"]
 
 _PREFIX = "mediafleet:job:"
+_HELD = "mediafleet:held"
 # A job whose worker process died this many times (OOM kill, segfault, SIGKILL) is not delivered
 # again: it fails with ``worker_lost`` and the queue keeps flowing.
 MAX_DELIVERIES = 3
@@ -38,9 +39,21 @@ if state and state ~= 'cancelled' and not (state == 'failed' and redis.call('HGE
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
+if redis.call('HGET', KEYS[1], 'state') == 'held' then
+  redis.call('SADD', KEYS[2], ARGV[2])
+end
 return 1
+"""
+
+# KEYS[1] record, KEYS[2] the held set; ARGV[1] job id, ARGV[2] the request as released (JSON),
+# ARGV[3] now. Moves a held job to queued exactly once; returns its token, or false.
+_RELEASE = """
+redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('HGET', KEYS[1], 'state') ~= 'held' then return false end
+redis.call('HSET', KEYS[1], 'state', 'queued', 'held_reason', '', 'request', ARGV[2], 'updated_at', ARGV[3])
+return redis.call('HGET', KEYS[1], 'token')
 """
 
 # KEYS[1] record; ARGV[1] hostname, ARGV[2] pid, ARGV[3] now, ARGV[4] the message's token. Counts
@@ -81,6 +94,10 @@ class JobRecord:
     @property
     def completions(self) -> int:
         return int(self._f.get("completions", 0))
+
+    @property
+    def priority(self) -> int:
+        return int(self._f.get("priority", 4))
 
     @property
     def held_reason(self) -> str | None:
@@ -124,6 +141,7 @@ class JobStore:
         self._ttl_s = ttl_s
         self._claim = client.register_script(_CLAIM)
         self._start = client.register_script(_START)
+        self._release = client.register_script(_RELEASE)
 
     @staticmethod
     def key(job_id: str) -> str:
@@ -149,8 +167,26 @@ class JobStore:
             "submitted_at": now, "updated_at": now,
         }
         flat = [x for kv in fields.items() for x in kv]
-        created = self._claim(keys=[self.key(request.job_id)], args=[max(keep_s, self._ttl_s), *flat])
+        created = self._claim(keys=[self.key(request.job_id), _HELD], args=[max(keep_s, self._ttl_s), request.job_id, *flat])
         return token if created else None
+
+    def held(self) -> list[JobRecord]:
+        """Jobs waiting for a live worker of an allowed device class (not yet on any queue)."""
+        out = []
+        for raw in self._r.smembers(_HELD):
+            job_id = raw.decode()
+            record = self.get(job_id)
+            if record is None:
+                self._r.srem(_HELD, job_id)  # its record expired
+            elif record.state == JobState.HELD:
+                out.append(record)
+        return out
+
+    def release(self, request: ExtractRequest) -> str | None:
+        """Mark a held job queued (once, whoever asks first); returns the token to send it with."""
+        token = self._release(keys=[self.key(request.job_id), _HELD],
+                              args=[request.job_id, request.model_dump_json(), time.time()])
+        return token.decode() if isinstance(token, bytes) else token
 
     def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None]:
         """Count a delivery; returns (deliveries so far, the state before this one).
@@ -211,11 +247,21 @@ class JobStore:
                     pipe.multi()
                     pipe.hset(key, mapping={"state": JobState.CANCELLED.value, "updated_at": time.time()})
                     pipe.execute()
+                    if current == JobState.HELD:
+                        # On no queue, so no worker will ever write its outcome: write it here.
+                        self._r.srem(_HELD, job_id)
+                        self._cancelled_outcome(job_id)
                     return JobState.CANCELLED
                 except Exception as exc:  # redis.WatchError: someone changed it; look again
                     if type(exc).__name__ != "WatchError":
                         raise
 
-    def to_json(self, job_id: str) -> str:
+    def _cancelled_outcome(self, job_id: str) -> None:
         record = self.get(job_id)
-        return json.dumps(record.summary() if record else {"job_id": job_id, "state": "unknown"})
+        if record is None:
+            return
+        request = record.request
+        now = datetime.now(UTC)
+        self.finish(Outcome(job_id=job_id, action=request.action, artifact=request.artifact, status="failed",
+                            error=PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled"),
+                            started_at=now, ended_at=now, device=request.device))

@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +45,15 @@ def live_workers(client: Any) -> list[LiveWorker]:
 
 
 class Announcer:
-    """A daemon thread in the worker's main process that keeps its presence key alive."""
+    """A daemon thread in the worker's main process that keeps its presence key alive.
 
-    def __init__(self, client: Any, hostname: str, device: str, queues: list[str]) -> None:
+    ``on_beat`` runs after each beat (the worker releases jobs held for want of a worker).
+    """
+
+    def __init__(self, client: Any, hostname: str, device: str, queues: list[str],
+                 on_beat: Callable[[], None] | None = None) -> None:
         self._client = client
+        self._on_beat = on_beat
         self._key = _PREFIX + hostname
         self._body = {"hostname": hostname, "device": device, "queues": sorted(queues), "pid": os.getpid()}
         self._stop = threading.Event()
@@ -66,6 +72,8 @@ class Announcer:
 
     def _beat(self) -> None:
         self._client.set(self._key, json.dumps({**self._body, "at": time.time()}), ex=TTL_S)
+        if self._on_beat is not None:
+            self._on_beat()
 
     def _run(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

@@ -48,7 +48,7 @@ def test_a_job_with_no_live_worker_is_held_then_runs(fleet_env, start_worker, tm
     job = dispatcher.submit(text_pdf(1))
     record = dispatcher.jobs().get(job.id)
     assert record.state == JobState.HELD and "no live worker for ocr_pdf on cpu" in record.held_reason
-    assert dispatcher.status()["queues"]["mf.ocr_pdf.cpu"] == 1
+    assert dispatcher.status()["queues"]["mf.ocr_pdf.cpu"] == 0  # held in its record, on no queue
     start_worker("--concurrency=1")
     assert job.bundle(timeout=120).status == "ok"
     assert dispatcher.jobs().get(job.id).state == JobState.DONE
@@ -62,6 +62,19 @@ def test_a_worker_declares_the_device_class_it_can_really_serve(fleet_env, start
     expected = "gpu" if visible_gpus() else "cpu"
     workers = fleet(fleet_env, tmp_path).status()["workers"]
     assert len(workers[expected]) == 1 and not workers["gpu" if expected == "cpu" else "cpu"]
+
+
+def test_a_held_job_runs_on_the_first_allowed_class_that_comes_up(fleet_env, start_worker, tmp_path: Path) -> None:
+    """transcribe_segments prefers gpu, then cpu: held with no worker, it runs when a cpu worker starts."""
+    dispatcher = fleet(fleet_env, tmp_path)
+    job = dispatcher.submit(Path(__file__).parent / "data" / "speech.flac")
+    assert dispatcher.jobs().get(job.id).state == JobState.HELD
+    assert dispatcher.status()["queues"]["mf.transcribe_segments.gpu"] == 0
+    start_worker("--concurrency=1", "--device=cpu")
+    bundle = job.bundle(timeout=180)
+    assert bundle.status == "ok"
+    record = dispatcher.jobs().get(job.id)
+    assert record.request.device.value == "cpu" and record.completions == 1
 
 
 def test_progress_is_recorded_and_the_state_is_never_ambiguous(fleet_env, start_worker, tmp_path: Path) -> None:

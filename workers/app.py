@@ -18,7 +18,7 @@ from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from contract.errors import Cancelled, ErrorCode, PublicError
 from contract.jobs import ExtractRequest, JobState, Outcome
-from contract.manifest import Manifest
+from contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.blobstore import open_store
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
 from mediafleet.presence import Announcer
@@ -26,7 +26,8 @@ from mediafleet.settings import Settings
 from workers.engines import EngineConfig, configure
 from workers.runner import run_request
 
-__all__ = ["EXTRACT_TASK", "PROGRESS_UNITS", "create_app", "redis_priority", "visibility_timeout_s"]
+__all__ = ["EXTRACT_TASK", "PROGRESS_UNITS", "create_app", "redis_priority", "release_held", "send_extract",
+           "visibility_timeout_s"]
 
 EXTRACT_TASK = "mediafleet.extract"
 _PROGRESS_EVERY_S = 1.0
@@ -41,6 +42,40 @@ def visibility_timeout_s(manifest: Manifest) -> int:
 def redis_priority(priority: int) -> int:
     """The fleet's 0 (lowest) .. 9 (highest) as the Redis transport's 0 (first) .. 9 (last)."""
     return 9 - priority
+
+
+def send_extract(app: Celery, request: ExtractRequest, capability: Capability, token: str, priority: int) -> None:
+    """Put one job on its capability's queue for ``request.device``, with the capability's limits."""
+    app.send_task(
+        EXTRACT_TASK,
+        args=[request.model_dump(mode="json")],
+        kwargs={"token": token},
+        task_id=request.job_id,
+        queue=capability.queue(request.device),
+        soft_time_limit=capability.time_limits.soft_s,
+        time_limit=capability.time_limits.hard_s,
+        priority=redis_priority(priority),
+    )
+
+
+def release_held(app: Celery, jobs: JobStore, manifest: Manifest, device: DeviceClass) -> int:
+    """Queue every held job that a worker of ``device`` may run, on that class's queue.
+
+    Held jobs wait in their records (never on a queue no live worker reads); the first worker of an
+    allowed class to come up, or to beat while they wait, sends them to its class's queue.
+    """
+    released = 0
+    for record in jobs.held():
+        request = record.request
+        capability = manifest.capabilities.get(request.action)
+        if capability is None or device not in capability.devices:
+            continue
+        request = request.model_copy(update={"device": device})
+        token = jobs.release(request)
+        if token is not None:
+            send_extract(app, request, capability, token, record.priority)
+            released += 1
+    return released
 
 
 def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
@@ -108,7 +143,11 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         if sender is None or sender.app is not app:
             return
         queues = [q.name for q in sender.task_consumer.queues]
-        announcer = Announcer(app.backend.client, sender.hostname, settings.device.value, queues)
+
+        def release() -> None:
+            release_held(app, job_store(), manifest, settings.device)
+
+        announcer = Announcer(app.backend.client, sender.hostname, settings.device.value, queues, on_beat=release)
         announcer.start()
         announcers.append(announcer)
 
