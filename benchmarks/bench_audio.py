@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import table, write_results  # noqa: E402
+from benchmarks.harness import table, wer, words, write_results  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 WORDS_PER_MINUTE = 160
@@ -91,20 +90,6 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     return {"wall_s": wall, "cpu_s": cpu, "load_s": load, "peak_rss_mb": after.ru_maxrss / 1024, "text": text}
 
 
-def _words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9']+", " ", text.lower()).split()
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    ref, hyp = _words(reference), _words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[:], i
-        for j, h in enumerate(hyp, 1):
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (r != h))
-    return row[len(hyp)] / len(ref)
-
-
 def make_recording(folder: Path, minutes: float) -> tuple[Path, str, float]:
     """About ``minutes`` of espeak-ng speech as a mono 64 kb/s MP3; its text; its length in seconds."""
     words = TEXT.read_text(encoding="utf-8").split()
@@ -156,7 +141,7 @@ def main() -> None:
     for minutes, modes in recordings:
         path, reference, seconds = make_recording(tmp, minutes)
         key = f"{minutes:g}min"
-        figures[key] = {"audio_s": round(seconds, 1), "words": len(_words(reference)), "paths": {}}
+        figures[key] = {"audio_s": round(seconds, 1), "words": len(words(reference)), "paths": {}}
         for mode in modes:
             print(f"{key}: {mode} ...", file=sys.stderr, flush=True)
             got = measure(mode, path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import statistics
@@ -96,3 +97,19 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
 def table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def words(text: str) -> list[str]:
+    """Lower case, punctuation dropped: the normalisation word error is measured after."""
+    return re.sub(r"[^a-z0-9']+", " ", text.lower()).split()
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    """Word error rate: word-level edit distance over the reference's length."""
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[:], i
+        for j, h in enumerate(hyp, 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (r != h))
+    return row[len(hyp)] / len(ref)

@@ -14,7 +14,7 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -200,12 +200,17 @@ class LocalBlobStore:
     def delete_stale_temp(self, cutoff: datetime) -> int:
         """Remove partial writes (``tmp/*``, ``tmp*`` beside blobs) last written before ``cutoff``."""
         candidates = list((self.root / "tmp").glob("*")) + list((self.root / "sha256").glob("*/*/tmp*"))
-        removed = 0
-        for entry in candidates:
-            try:
-                if entry.is_file() and datetime.fromtimestamp(entry.stat().st_mtime, UTC) < cutoff:
-                    entry.unlink()
-                    removed += 1
-            except FileNotFoundError:
-                continue
-        return removed
+        return remove_files_older_than(candidates, cutoff)
+
+
+def remove_files_older_than(entries: Iterable[Path], cutoff: datetime) -> int:
+    """Delete the plain files among ``entries`` last written before ``cutoff``; returns how many."""
+    removed = 0
+    for entry in entries:
+        try:
+            if entry.is_file() and datetime.fromtimestamp(entry.stat().st_mtime, UTC) < cutoff:
+                entry.unlink()
+                removed += 1
+        except FileNotFoundError:  # another cleaner got there first
+            continue
+    return removed

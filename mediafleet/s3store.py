@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from contract.common import sha256_digest
 from contract.errors import ErrorCode, IntegrityError, LimitExceeded, Phase, Unavailable
-from mediafleet.blobstore import BlobInfo
+from mediafleet.blobstore import BlobInfo, remove_files_older_than
 
 if TYPE_CHECKING:
     from mediafleet.settings import Settings
@@ -347,12 +347,4 @@ class S3BlobStore:
         """Remove downloads left in the local spool by killed processes (mtime before ``cutoff``)."""
         if self._spool_dir is None or not self._spool_dir.is_dir():
             return 0
-        removed = 0
-        for entry in self._spool_dir.iterdir():
-            try:
-                if entry.is_file() and datetime.fromtimestamp(entry.stat().st_mtime, UTC) < cutoff:
-                    entry.unlink()
-                    removed += 1
-            except FileNotFoundError:
-                continue
-        return removed
+        return remove_files_older_than(self._spool_dir.iterdir(), cutoff)

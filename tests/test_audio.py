@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import wave
 from fractions import Fraction
 from pathlib import Path
@@ -13,8 +12,15 @@ import pytest
 
 from adapters.audio import audio_loci
 from adapters.verify import loci_valid
+from benchmarks.harness import wer, words
 from contract import AudioOptions, AudioResult, Limits, default_manifest
-from contract.errors import CapabilityRefused, ErrorCode, InputRejected, LimitExceeded, MediafleetError
+from contract.errors import (
+    CapabilityRefused,
+    ErrorCode,
+    InputRejected,
+    LimitExceeded,
+    MediafleetError,
+)
 from mediafleet import Dispatcher, Settings
 from mediafleet.sniff import sniff
 from tests.helpers import assert_engine_valid
@@ -28,22 +34,7 @@ JFK_TEXT = ("And so my fellow Americans, ask not what your country can do for yo
 LIMITS = default_manifest().capability("transcribe_segments").limits
 
 
-# -- helpers shared with tests/test_audio_fleet.py ---------------------------------------------
-
-def words(text: str) -> list[str]:
-    """Lower case, punctuation dropped: the normalisation word error is measured after."""
-    return re.sub(r"[^a-z0-9']+", " ", text.lower()).split()
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[:], i
-        for j, h in enumerate(hyp, 1):
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (r != h))
-    return row[len(hyp)] / len(ref)
-
+# -- helpers shared with the other audio tests --------------------------------------------------
 
 def pcm16(path: Path) -> np.ndarray:
     """The recording as 16 kHz mono int16 samples (PyAV)."""
