@@ -15,7 +15,7 @@ with text and keeps the fast text-layer path.
 
 from __future__ import annotations
 
-import unicodedata
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -31,8 +31,13 @@ IMAGE_DOMINATED = 0.5
 TEXT_SPARSE = 0.02
 
 
-def _garbage(ch: str) -> bool:
-    return ch == "\ufffd" or unicodedata.category(ch) in ("Co", "Cc", "Cs")
+# U+FFFD and the non-whitespace characters of categories Cc (controls), Co (private use) and Cs
+# (surrogates): one regular expression instead of a category lookup per character.
+_GARBAGE = re.compile(
+    "[\ufffd\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ue000-\uf8ff\U000f0000-\U000ffffd"
+    "\U00100000-\U0010fffd\ud800-\udfff]"
+)
+_SPACE = re.compile(r"\s")
 
 
 def _image_share(page: Any) -> float:
@@ -55,10 +60,11 @@ def ocr_reason(page: Any, lines: Sequence[TextBox], mode: Literal["auto", "never
         return None
     if mode == "always":
         return "requested"
-    chars = [c for line in lines for c in line.text if not c.isspace()]
+    text = "".join(line.text for line in lines)
+    chars = len(text) - len(_SPACE.findall(text))
     if not chars:
         return "no_text"
-    if sum(map(_garbage, chars)) >= GARBAGE_SHARE * len(chars):
+    if len(_GARBAGE.findall(text)) >= GARBAGE_SHARE * chars:
         return "unmapped_glyphs"
     area = page.rect.width * page.rect.height
     text_share = sum(b.width * b.height for b in lines) / area if area > 0 else 0.0
