@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from adapters.drafts import LocusDraft
-from contract.addresses import AudioRange, CharacterRange, FrameRange, ImageRegion, PageRegion, VideoTimeRange
+from contract.addresses import (
+    AudioRange,
+    CharacterRange,
+    FrameRange,
+    ImageRegion,
+    PageRegion,
+    VideoTimeRange,
+)
 
 __all__ = ["inside", "loci_valid"]
 

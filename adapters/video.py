@@ -9,8 +9,9 @@ one), so nothing is dropped or clamped.
 
 from __future__ import annotations
 
+from adapters.audio import segment_loci
 from adapters.drafts import Bounds, LocusDraft
-from contract.addresses import AudioRange, FrameRange, VideoTimeRange
+from contract.addresses import FrameRange, VideoTimeRange
 from contract.video import VideoResult
 
 __all__ = ["MEDIA_TIMELINE", "video_loci"]
@@ -76,20 +77,6 @@ def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
     transcript, offset = result.speech.transcript, result.speech.offset_ms
     if transcript is not None and offset is not None:
         speech_bounds = Bounds(duration_ms=max(media.duration_ms, offset + transcript.duration_ms))
-        for number, segment in enumerate(transcript.segments, start=1):
-            drafts.append(
-                LocusDraft(
-                    address=AudioRange(start_ms=offset + segment.start_ms, end_ms=offset + segment.end_ms),
-                    bounds=speech_bounds,
-                    text=segment.text,
-                    confidence=segment.confidence,
-                    properties={
-                        "video_id": document_id,
-                        "segment": number,
-                        "time_unit": "ms",
-                        "timeline": MEDIA_TIMELINE,
-                        "language": transcript.language,
-                    },
-                )
-            )
+        drafts.extend(segment_loci(transcript, bounds=speech_bounds, offset_ms=offset,
+                                   subject=("video_id", document_id), timeline=MEDIA_TIMELINE))
     return drafts

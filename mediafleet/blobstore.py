@@ -122,19 +122,10 @@ class LocalBlobStore:
         """Store a stream; returns its digest, its size and its first ``head_bytes`` bytes."""
         tmp_dir = self.root / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)
-        h = hashlib.sha256()
-        size = 0
-        head = b""
         fd, tmp = tempfile.mkstemp(dir=tmp_dir)
         try:
             with os.fdopen(fd, "wb") as out:
-                while chunk := stream.read(_CHUNK):
-                    if len(head) < head_bytes:
-                        head += chunk[: head_bytes - len(head)]
-                    h.update(chunk)
-                    size += len(chunk)
-                    out.write(chunk)
-            digest = sha256_digest(h.hexdigest())
+                digest, size, head = copy_hashing(stream, out, head_bytes)
             target = self._path(digest)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)
@@ -214,3 +205,17 @@ def remove_files_older_than(entries: Iterable[Path], cutoff: datetime) -> int:
         except FileNotFoundError:  # another cleaner got there first
             continue
     return removed
+
+
+def copy_hashing(stream: BinaryIO, out: BinaryIO, head_bytes: int) -> tuple[str, int, bytes]:
+    """Copy ``stream`` into ``out`` in 1 MiB chunks; returns its digest, size and first bytes."""
+    h = hashlib.sha256()
+    size = 0
+    head = b""
+    while chunk := stream.read(_CHUNK):
+        if len(head) < head_bytes:
+            head += chunk[: head_bytes - len(head)]
+        h.update(chunk)
+        size += len(chunk)
+        out.write(chunk)
+    return sha256_digest(h.hexdigest()), size, head

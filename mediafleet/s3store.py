@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from contract.common import sha256_digest
 from contract.errors import ErrorCode, IntegrityError, LimitExceeded, Phase, Unavailable
-from mediafleet.blobstore import BlobInfo, remove_files_older_than
+from mediafleet.blobstore import BlobInfo, copy_hashing, remove_files_older_than
 
 if TYPE_CHECKING:
     from mediafleet.settings import Settings
@@ -256,17 +256,8 @@ class S3BlobStore:
         The stream is hashed into a local temporary file first (the key is its digest, known only
         at the end), then uploaded once with its checksum, or not at all if the blob exists.
         """
-        h = hashlib.sha256()
-        size = 0
-        head = b""
         with tempfile.TemporaryFile(dir=self._spool()) as spooled:
-            while chunk := stream.read(_CHUNK):
-                if len(head) < head_bytes:
-                    head += chunk[: head_bytes - len(head)]
-                h.update(chunk)
-                size += len(chunk)
-                spooled.write(chunk)
-            digest = sha256_digest(h.hexdigest())
+            digest, size, head = copy_hashing(stream, spooled, head_bytes)
             if not self._touch_existing(digest):
                 spooled.seek(0)
                 self._upload(digest, spooled, size)
