@@ -18,7 +18,7 @@ from contract.errors import PublicError
 from contract.manifest import DeviceClass, Modality
 from contract.results import ExtractionResult
 
-__all__ = ["ArtifactRef", "ExtractRequest", "JobId", "JobState", "Outcome", "Progress"]
+__all__ = ["ArtifactRef", "ExtractRequest", "JobId", "JobState", "Outcome", "PartOf", "Progress"]
 
 _JOB_ID = re.compile(r"mf-[0-9a-f]{32}")
 
@@ -39,6 +39,19 @@ class ArtifactRef(Strict):
     modality: Modality
 
 
+class PartOf(Strict):
+    """The caller's job that this job is one part of (a video job's speech, on the audio queue).
+
+    The part is authorised by the parent's capability (its media types, size limit and declared
+    locus kinds), runs with its own capability's engine, limits and device classes, and reports its
+    outcome into the parent's record, where the parts are joined into the one outcome the caller sees.
+    """
+
+    job_id: JobId
+    action: str
+    part: Literal["speech"] = "speech"
+
+
 class ExtractRequest(Strict):
     """One job for one worker: run ``action`` on the artifact with these options."""
 
@@ -47,6 +60,7 @@ class ExtractRequest(Strict):
     artifact: ArtifactRef
     options: dict[str, Any] = Field(default_factory=dict)
     device: DeviceClass = DeviceClass.CPU
+    part_of: PartOf | None = None
 
 
 class Progress(Strict):

@@ -61,7 +61,7 @@ class VideoOptions(Strict):
     speech: bool = Field(
         True,
         description="also transcribe the audio track, when there is one, with the transcribe_segments engine "
-        "(its default options) in the same job",
+        "(its default options): on the fleet as a parallel job on the audio queue, joined into this job's result",
     )
 
     @model_validator(mode="after")
@@ -174,26 +174,34 @@ class VideoKeyframe(Strict):
 
 
 class VideoSpeech(Strict):
-    """The audio track's transcript, made in the same job, or why there is none.
+    """The audio track's transcript, or why there is none.
+
+    On the fleet the transcript is made by a separate job on the audio capability's queue
+    (``job_id``), in parallel with the shots and keyframes, and joined into this result before the
+    caller sees it; in-process it is made in the same run. ``pending`` is what the video part
+    reports before that join and never reaches a caller.
 
     ``transcript`` times are on the audio stream's own timeline (from its first sample), exactly
     as ``transcribe_segments`` returns them; add ``offset_ms`` to place them on the media timeline
     (the fleet's AudioRange loci for a video are already shifted).
     """
 
-    status: Literal["transcribed", "no_audio_track", "not_requested", "unavailable", "failed"] = Field(
-        description="unavailable: this worker has no audio engine; failed: the track could not be transcribed "
-        "(the shots and keyframes stand)"
+    status: Literal["transcribed", "pending", "no_audio_track", "not_requested", "unavailable", "failed"] = Field(
+        description="pending: a speech job is transcribing the track (inside the fleet only); unavailable: no "
+        "audio engine could take it; failed: the track could not be transcribed (the shots and keyframes stand)"
     )
     offset_ms: Ms | None = Field(None, description="where the audio stream's first sample lies on the media timeline")
     transcript: AudioResult | None = None
     error: PublicError | None = Field(None, description="the public reason, when unavailable or failed")
+    job_id: str | None = Field(None, description="the fleet job that transcribed the track (none in-process)")
 
     @model_validator(mode="after")
     def _status_fits(self) -> VideoSpeech:
         done = self.status == "transcribed"
-        if done != (self.transcript is not None) or done != (self.offset_ms is not None):
-            raise ValueError("a transcript and its offset come with status 'transcribed' only")
+        if done != (self.transcript is not None):
+            raise ValueError("a transcript comes with status 'transcribed' only")
+        if (done or self.status == "pending") != (self.offset_ms is not None):
+            raise ValueError("an offset comes with status 'transcribed' or 'pending' only")
         if (self.status in ("unavailable", "failed")) != (self.error is not None):
             raise ValueError("an error comes with status 'unavailable' or 'failed' only")
         return self

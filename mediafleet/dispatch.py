@@ -31,6 +31,7 @@ from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
 from workers.engines import EngineConfig, configure
 from workers.extractor import ProgressFn
+from workers.parts import speech_part
 from workers.runner import run_request
 
 __all__ = ["Dispatcher", "Job", "delegate_extract"]
@@ -83,15 +84,20 @@ class _DoneJob(Job):
 
 
 class _FleetJob(Job):
-    """A job on the fleet: its state from the fleet's job record, woken by Celery's result."""
+    """A job on the fleet: its state from the fleet's job record, woken by Celery's result.
 
-    def __init__(self, app: Any, jobs: JobStore, capability: Capability, request: ExtractRequest) -> None:
+    A job with a speech part is waited on through its own task until that has reported, then
+    through the speech job's; whichever reports last writes the joined outcome.
+    """
+
+    def __init__(self, app: Any, jobs: JobStore, capability: Capability, request: ExtractRequest,
+                 manifest: Manifest) -> None:
         super().__init__(request.job_id, request.action)
         self._app = app
         self._jobs = jobs
-        self._result = app.AsyncResult(request.job_id)
         self._capability = capability
         self._request = request
+        self._manifest = manifest
 
     def record(self) -> JobRecord | None:
         return self._jobs.get(self.id)
@@ -101,20 +107,33 @@ class _FleetJob(Job):
         return record.state if record is not None else JobState.FAILED
 
     def progress(self) -> Progress | None:
+        """The job's own progress; once only its speech part runs, that part's (in seconds)."""
         record = self.record()
-        return record.progress if record is not None else None
+        if record is None:
+            return None
+        if (part := self._running_part(record)) is not None and (speech := self._jobs.get(part)) is not None:
+            return speech.progress
+        return record.progress
 
     def cancel(self) -> JobState | None:
-        """Stop the job: a queued job never starts; a running one stops at its next progress point.
+        """Stop the job (and its speech part): a queued job never starts; a running one stops at its
+        next progress point.
 
         Cancellation lives in the job record, not in Celery's revoke list (which workers keep in
         memory by task id and would hold against a later resubmission of the same job).
         """
         return self._jobs.cancel(self.id)
 
+    @staticmethod
+    def _running_part(record: JobRecord) -> str | None:
+        """The speech job still to report, once the job's own task has (else None)."""
+        if record.speech_job is not None and record.part("video") is not None and not record.final:
+            return record.speech_job
+        return None
+
     def _finished(self) -> Outcome | None:
         record = self.record()
-        if record is not None and record.state in _FINAL and (outcome := record.outcome) is not None:
+        if record is not None and record.final and (outcome := record.outcome) is not None:
             return outcome
         return None
 
@@ -125,38 +144,81 @@ class _FleetJob(Job):
 
         deadline = None if timeout is None else time.monotonic() + timeout
         while (outcome := self._finished()) is None:
-            if self._result.ready():
-                outcome = self._lost()
-                break
+            record = self.record()
+            waited = self._app.AsyncResult(self._running_part(record) or self.id) if record is not None else None
+            if waited is None or waited.ready():
+                if (outcome := self._settle(record)) is not None:
+                    break
             # The Redis backend wakes get() through pub/sub the moment the result lands; the
             # short slices are only there to report progress in between.
             left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
             if left <= 0:
                 raise TimedOut("the job did not finish within the wait timeout")
             try:
-                self._result.get(timeout=left, propagate=False, disable_sync_subtasks=False)
+                if waited is None or waited.ready():
+                    time.sleep(min(left, 0.05))
+                else:
+                    waited.get(timeout=left, propagate=False, disable_sync_subtasks=False)
             except CeleryTimeout:
                 if on_progress is not None and (p := self.progress()) is not None:
                     on_progress(p)
         return build_bundle(outcome, self._capability)
 
-    def _lost(self) -> Outcome:
-        """The outcome of a job whose worker could not write one (killed, timed out, revoked)."""
-        outcome = self._finished()
-        if outcome is not None:
+    def _settle(self, record: JobRecord | None) -> Outcome | None:
+        """A task this job waits on has ended but the job has no outcome yet: find out why.
+
+        Its worker may have been killed or timed out before writing one (the job fails here with
+        the reason); a speech part's worker likewise (its failure is reported into the job as the
+        speech part's); or the last reporter died before joining (the join is done here). None when
+        the outcome is simply on its way.
+        """
+        from workers.app import join_parts
+
+        if (outcome := self._finished()) is not None:
             return outcome
-        status, info = self._result.state, self._result.info
-        if status == "REVOKED" or self.state() == JobState.CANCELLED:
+        part = self._running_part(record) if record is not None else None
+        if part is None:
+            if record is not None and record.part("video") is not None:
+                return self._finished()  # its own task reported and the job finished meanwhile
+            if record is not None and record.speech_job is not None:
+                self._jobs.cancel(record.speech_job)  # the job failed: its speech part is not wanted
+            return self._lost(self._app.AsyncResult(self.id), self._request)
+        speech = self._jobs.get(part)
+        if speech is not None and speech.final and speech.outcome is not None:
+            reported = speech.outcome
+        else:
+            reported = self._lost(self._app.AsyncResult(part), speech.request if speech else self._part_request(part))
+        if self._jobs.report_part(self.id, "speech", reported) == 0 or self._stuck():
+            join_parts(self._jobs, self.id, self._manifest)
+        return self._finished()
+
+    def _stuck(self) -> bool:
+        """Every part reported, yet no outcome (the joiner died): the join is left to us."""
+        time.sleep(0.2)
+        record = self.record()
+        return record is not None and not record.final and record.pending_parts <= 0
+
+    def _part_request(self, part: str) -> ExtractRequest:
+        return self._request.model_copy(update={"job_id": part, "action": "transcribe_segments"})
+
+    def _lost(self, result: Any, request: ExtractRequest) -> Outcome:
+        """The outcome of a task whose worker could not write one (killed, timed out, revoked);
+        recorded as that job's failure."""
+        record = self._jobs.get(request.job_id)
+        if record is not None and record.final and (outcome := record.outcome) is not None:
+            return outcome
+        status, info = result.state, result.info
+        if status == "REVOKED" or (record is not None and record.state == JobState.CANCELLED):
             error = PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled")
         elif type(info).__name__ == "TimeLimitExceeded":
             error = PublicError(code=ErrorCode.TIMEOUT,
-                                message=f"{self._request.action} ran past its hard time limit; its worker process was replaced")
+                                message=f"{request.action} ran past its hard time limit; its worker process was replaced")
         else:
             error = PublicError(code=ErrorCode.WORKER_LOST, message="the worker failed before finishing the job")
-        self._jobs.fail(self.id, error)
+        self._jobs.fail(request.job_id, error)
         now = _now()
-        return Outcome(job_id=self.id, action=self._request.action, artifact=self._request.artifact, status="failed",
-                       error=error, started_at=now, ended_at=now, device=self._request.device)
+        return Outcome(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
+                       error=error, started_at=now, ended_at=now, device=request.device)
 
 
 class Dispatcher:
@@ -319,26 +381,52 @@ class Dispatcher:
 
     def _enqueue(self, request: ExtractRequest, capability: Capability, priority: int | None,
                  keep_result_s: int | None) -> Job:
+        level = _DEFAULT_PRIORITY if priority is None else priority
+        if not 0 <= level <= 9:
+            raise CapabilityRefused("priority must be 0 (lowest) to 9 (highest)", code=ErrorCode.INVALID_REQUEST)
+        keep_s = keep_result_s or self.settings.result_ttl_s
+        try:
+            part = speech_part(request, capability, self.manifest)
+        except MediafleetError as exc:
+            return self._refused(request.artifact.digest, request.artifact.bytes, request.artifact.media_type,
+                                 request.action, exc.public())
+        request, created = self._queue(request, capability, level, keep_s, speech_job=part.job_id if part else None)
+        if created and part is not None:
+            self._queue_part(part, level, keep_s)
+        return _FleetJob(self.app, self.jobs(), capability, request, self.manifest)
+
+    def _queue(self, request: ExtractRequest, capability: Capability, level: int, keep_s: int,
+               speech_job: str | None = None) -> tuple[ExtractRequest, bool]:
+        """Claim the job's record and send it (or hold it); (the request in force, whether new)."""
         from workers.app import send_extract
 
         jobs = self.jobs()
         device, held = self._route(capability)
         request = request.model_copy(update={"device": device})
-        level = _DEFAULT_PRIORITY if priority is None else priority
-        if not 0 <= level <= 9:
-            raise CapabilityRefused("priority must be 0 (lowest) to 9 (highest)", code=ErrorCode.INVALID_REQUEST)
         state = JobState.HELD if held else JobState.QUEUED
-        token = jobs.claim(request, state=state, held_reason=held, priority=level,
-                           keep_s=keep_result_s or self.settings.result_ttl_s)
-        if token is not None:
-            self._result_of(request.job_id).forget()
-            if not held:
-                send_extract(self.app, request, capability, token, level)
-        else:
+        token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
+                           speech_job=speech_job)
+        if token is None:
             record = jobs.get(request.job_id)
-            if record is not None:
-                request = record.request
-        return _FleetJob(self.app, jobs, capability, request)
+            return (record.request if record is not None else request), False
+        self._result_of(request.job_id).forget()
+        if not held:
+            send_extract(self.app, request, capability, token, level)
+        return request, True
+
+    def _queue_part(self, part: ExtractRequest, level: int, keep_s: int) -> None:
+        """Queue a job's speech part; one that already finished (from an earlier submission of the
+        same job) reports its outcome at once instead of running again."""
+        from workers.app import join_parts
+
+        assert part.part_of is not None
+        _, created = self._queue(part, self.manifest.capability(part.action), level, keep_s)
+        if created:
+            return
+        record = self.jobs().get(part.job_id)
+        if record is not None and record.final and (outcome := record.outcome) is not None:
+            if self.jobs().report_part(part.part_of.job_id, "speech", outcome) == 0:
+                join_parts(self.jobs(), part.part_of.job_id, self.manifest)
 
     def _result_of(self, job_id: str) -> Any:
         return self.app.AsyncResult(job_id)
@@ -368,7 +456,7 @@ class Dispatcher:
         if record is None:
             return None
         request = record.request
-        return _FleetJob(self.app, self.jobs(), self.manifest.capability(request.action), request)
+        return _FleetJob(self.app, self.jobs(), self.manifest.capability(request.action), request, self.manifest)
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a job; returns its state afterwards (None for an unknown job)."""

@@ -72,6 +72,26 @@ return {attempts, state}
 """
 
 
+# KEYS[1] the caller's job record; ARGV[1] part name, ARGV[2] its outcome (JSON), ARGV[3] '1' when
+# this part decides the job alone (a failed video part), ARGV[4] now. Records a part's outcome once;
+# returns how many parts are still to report (0: the caller joins them now), or -1 when there is
+# nothing to do (the job already finished, or this part reported before).
+_REPORT = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or state == 'done' or state == 'failed' or state == 'cancelled' then return -1 end
+local field = 'part:' .. ARGV[1]
+if redis.call('HEXISTS', KEYS[1], field) == 1 then return -1 end
+redis.call('HSET', KEYS[1], field, ARGV[2], 'updated_at', ARGV[4])
+local left = redis.call('HINCRBY', KEYS[1], 'pending_parts', -1)
+if ARGV[3] == '1' and left > 0 then
+  redis.call('HSET', KEYS[1], 'pending_parts', 0)
+  left = 0
+end
+if left < 0 then return -1 end
+return left
+"""
+
+
 class JobRecord:
     """A read-only view of one record."""
 
@@ -123,13 +143,33 @@ class JobRecord:
         raw = self._f.get("outcome")
         return Outcome.model_validate_json(raw) if raw else None
 
+    @property
+    def speech_job(self) -> str | None:
+        """The speech part this job fanned out (a video job with speech on), if any."""
+        return self._f.get("speech_job") or None
+
+    @property
+    def pending_parts(self) -> int:
+        return int(self._f.get("pending_parts") or 0)
+
+    def part(self, name: str) -> Outcome | None:
+        """The outcome a part reported (``video``: this job's own task; ``speech``: its speech job)."""
+        raw = self._f.get("part:" + name)
+        return Outcome.model_validate_json(raw) if raw else None
+
+    @property
+    def final(self) -> bool:
+        return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
     def summary(self) -> dict[str, Any]:
         """What ``mediafleet status JOB`` shows (no request options, no outcome body)."""
         keep = ("state", "action", "attempts", "completions", "held_reason", "hostname", "device", "priority",
-                "error_code", "submitted_at", "updated_at")
+                "error_code", "speech_job", "parent", "submitted_at", "updated_at")
         out: dict[str, Any] = {"job_id": self.job_id, **{k: self._f[k] for k in keep if self._f.get(k)}}
         if (p := self.progress) is not None:
             out["progress"] = p.model_dump()
+        if self.speech_job is not None and not self.final:
+            out["parts_pending"] = self.pending_parts
         return out
 
 
@@ -142,6 +182,7 @@ class JobStore:
         self._claim = client.register_script(_CLAIM)
         self._start = client.register_script(_START)
         self._release = client.register_script(_RELEASE)
+        self._report = client.register_script(_REPORT)
 
     @staticmethod
     def key(job_id: str) -> str:
@@ -154,9 +195,13 @@ class JobStore:
         return JobRecord(job_id, {k.decode(): v.decode() for k, v in raw.items()})
 
     def claim(self, request: ExtractRequest, *, state: JobState, held_reason: str | None, priority: int,
-              keep_s: int) -> str | None:
+              keep_s: int, speech_job: str | None = None) -> str | None:
         """Record a new job and return the token its message must carry; None when a live record
-        for the same job already exists."""
+        for the same job already exists.
+
+        ``speech_job`` names the speech part the job fans out: the job then finishes when both its
+        own task and that part have reported (:meth:`report_part`).
+        """
         now = str(time.time())
         token = uuid.uuid4().hex
         fields = {
@@ -166,6 +211,10 @@ class JobStore:
             "held_reason": held_reason or "", "keep_s": str(max(keep_s, self._ttl_s)),
             "submitted_at": now, "updated_at": now,
         }
+        if speech_job is not None:
+            fields.update(speech_job=speech_job, pending_parts="2")
+        if request.part_of is not None:
+            fields["parent"] = request.part_of.job_id
         flat = [x for kv in fields.items() for x in kv]
         created = self._claim(keys=[self.key(request.job_id), _HELD], args=[max(keep_s, self._ttl_s), request.job_id, *flat])
         return token if created else None
@@ -223,6 +272,17 @@ class JobStore:
         pipe.expire(key, keep_s)
         pipe.execute()
 
+    def report_part(self, job_id: str, part: str, outcome: Outcome, *, decides: bool = False) -> int:
+        """Record a part's outcome in the caller's job; returns the parts still to report.
+
+        0 means this reporter is the last and joins the parts (exactly one reporter sees 0); -1
+        means nothing to do (the job finished already, or the part reported before). With
+        ``decides`` (a failed video part) no other part is waited for.
+        """
+        left = self._report(keys=[self.key(job_id)],
+                            args=[part, outcome.model_dump_json(), "1" if decides else "0", time.time()])
+        return int(left)
+
     def fail(self, job_id: str, error: PublicError) -> None:
         """Mark a job failed when no outcome could be written (its worker was killed)."""
         key = self.key(job_id)
@@ -244,11 +304,16 @@ class JobStore:
                     current = JobState(state.decode())
                     if current in (JobState.DONE, JobState.FAILED, JobState.CANCELLED):
                         return current
+                    own_part_in = pipe.hexists(key, "part:video")
+                    speech_job = pipe.hget(key, "speech_job")
                     pipe.multi()
                     pipe.hset(key, mapping={"state": JobState.CANCELLED.value, "updated_at": time.time()})
                     pipe.execute()
-                    if current == JobState.HELD:
-                        # On no queue, so no worker will ever write its outcome: write it here.
+                    if speech_job:
+                        self.cancel(speech_job.decode())
+                    if current == JobState.HELD or own_part_in:
+                        # On no queue, or its own task already finished (only a part was still
+                        # running): no worker will write its outcome, so write it here.
                         self._r.srem(_HELD, job_id)
                         self._cancelled_outcome(job_id)
                     return JobState.CANCELLED

@@ -7,6 +7,10 @@ job records) except that the ``ocr_pdf`` extractor first looks for a marker in t
 * ``MF-HANG``: it swallows the soft time limit and sleeps until the hard limit kills it;
 * ``MF-SLOW``: it takes ~4 s, reporting progress, before extracting (time to kill or cancel it).
 
+The ``transcribe_segments`` extractor misbehaves for the whole worker instead (a video's speech
+part carries no title of its own): ``MF_FAULTY_AUDIO=crash`` or ``=hang`` in the worker's
+environment, as above.
+
 Run as ``python -m tests.faulty_worker worker ...`` (the same arguments as ``mediafleet``).
 """
 
@@ -25,17 +29,30 @@ from workers.pdf import textlayer
 SLOW_STEPS = 40
 
 
-def extract(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
-    head = path.read_bytes()[:8192]
-    if b"MF-CRASH" in head:
+def _misbehave(marker: bytes) -> None:
+    if marker == b"MF-CRASH":
         os.kill(os.getpid(), signal.SIGKILL)
-    if b"MF-HANG" in head:
+    if marker == b"MF-HANG":
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             try:
                 time.sleep(0.05)
             except BaseException:  # noqa: BLE001, S110 - the soft limit: ignored on purpose
                 pass
+
+
+def extract_audio(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
+    from workers.audio.transcribe import extract_audio as real
+
+    _misbehave(b"MF-" + os.environ.get("MF_FAULTY_AUDIO", "").upper().encode())
+    return real(path, options, limits, progress, sink)
+
+
+def extract(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
+    head = path.read_bytes()[:8192]
+    for marker in (b"MF-CRASH", b"MF-HANG"):
+        if marker in head:
+            _misbehave(marker)
     if b"MF-SLOW" in head:
         for step in range(1, SLOW_STEPS + 1):
             time.sleep(0.1)
@@ -45,6 +62,7 @@ def extract(path: Path, options: Any, limits: Any, progress: Any = None, sink: A
 
 
 extractor.EXTRACTORS["ocr_pdf"] = "tests.faulty_worker:extract"
+extractor.EXTRACTORS["transcribe_segments"] = "tests.faulty_worker:extract_audio"
 
 if __name__ == "__main__":
     from mediafleet.cli import main

@@ -30,6 +30,7 @@ from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid
 from tests.test_video_clips import Clip, write_clip
 from workers.sink import MemorySink
+from workers.parts import join_inline
 from workers.video.decode import FrameReader
 from workers.video.extract import extract_keyframes
 from workers.video.keyframes import MAX_BUCKETS, Candidate, KeyframePicker
@@ -417,19 +418,25 @@ def test_speech_in_a_video_becomes_audio_ranges_on_the_media_timeline(speaking: 
     claim = next(n for n in bundle.nodes if n.node_type == "Claim")
     assert claim.properties["is_verified"] is True
 
-    result = run(speaking)
-    speech = result.speech
-    assert speech.status == "transcribed" and speech.transcript is not None
+    video = run(speaking)  # the extractor alone leaves the transcript to its speech part
     with av.open(str(speaking.path)) as container:
         stream = container.streams.audio[0]
         start_ms = round(stream.start_time * stream.time_base * 1000)
-    assert speech.offset_ms == start_ms and 900 <= start_ms <= 1000  # 1 s, less the AAC encoder's priming
+    assert video.speech.status == "pending" and video.speech.transcript is None
+    assert video.speech.offset_ms == start_ms and 900 <= start_ms <= 1000  # 1 s, less the AAC encoder's priming
+    assert video.producer.models == [] and video.producer.options["speech_engine"] is None
+
+    result = join_inline(video, speaking.path, default_manifest())
+    speech = result.speech
+    assert speech.status == "transcribed" and speech.transcript is not None and speech.offset_ms == start_ms
     drafts = [d for d in to_loci(result, "v") if d.address.kind == "audio_range"]
     assert [(d.address.start_ms, d.address.end_ms) for d in drafts] == [
         (s.start_ms + start_ms, s.end_ms + start_ms) for s in speech.transcript.segments
     ]
     assert drafts[0].address.start_ms >= start_ms and loci_valid(drafts)
     assert result.producer.models == speech.transcript.producer.models
+    assert result.producer.options["speech_engine"].startswith("faster-whisper")
+    assert (result.shots, result.keyframes) == (video.shots, video.keyframes)
 
 
 def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -437,17 +444,20 @@ def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPat
     off = run(clips["late"], speech=False)
     assert off.speech.status == "not_requested" and off.speech.transcript is None
     assert {d.address.kind for d in to_loci(off, "v")} == {"video_time_range", "frame_range"}
+    assert join_inline(off, clips["late"].path, default_manifest()) == off  # nothing waits for a transcript
 
     import workers.extractor
 
     def missing(capability):  # type: ignore[no-untyped-def]
         raise workers.extractor.Unavailable("the faster-whisper engine is not installed on this worker")
 
+    pending = run(clips["late"])
+    assert pending.speech.status == "pending"
     monkeypatch.setattr(workers.extractor, "load_extractor", missing)
-    result = run(clips["late"])
+    result = join_inline(pending, clips["late"].path, default_manifest())
     assert result.speech.status == "unavailable" and result.speech.error is not None
     assert result.speech.error.code == ErrorCode.ENGINE_UNAVAILABLE
-    assert len(result.shots) == 2  # the shots and keyframes stand
+    assert result.shots == pending.shots and len(result.shots) == 2  # the shots and keyframes stand
 
     def damaged(capability):  # type: ignore[no-untyped-def]
         def extract(*args):  # type: ignore[no-untyped-def]
@@ -455,5 +465,5 @@ def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPat
         return extract
 
     monkeypatch.setattr(workers.extractor, "load_extractor", damaged)
-    result = run(clips["late"])
+    result = join_inline(pending, clips["late"].path, default_manifest())
     assert result.speech.status == "failed" and result.speech.error.code == ErrorCode.CORRUPT_INPUT

@@ -24,10 +24,11 @@ from mediafleet.jobstore import MAX_DELIVERIES, JobStore
 from mediafleet.presence import Announcer
 from mediafleet.settings import Settings
 from workers.engines import EngineConfig, configure
+from workers.parts import join
 from workers.runner import run_request
 
-__all__ = ["EXTRACT_TASK", "PROGRESS_UNITS", "create_app", "redis_priority", "release_held", "send_extract",
-           "visibility_timeout_s"]
+__all__ = ["EXTRACT_TASK", "PROGRESS_UNITS", "create_app", "join_parts", "redis_priority", "release_held", "report",
+           "send_extract", "visibility_timeout_s"]
 
 EXTRACT_TASK = "mediafleet.extract"
 _PROGRESS_EVERY_S = 1.0
@@ -76,6 +77,42 @@ def release_held(app: Celery, jobs: JobStore, manifest: Manifest, device: Device
             send_extract(app, request, capability, token, record.priority)
             released += 1
     return released
+
+
+def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> None:
+    """Write the caller's outcome joined from the parts its record holds (the last reporter's work)."""
+    record = jobs.get(job_id)
+    if record is None or record.final:
+        return
+    video = record.part("video")
+    if video is None:
+        return
+    jobs.finish(join(video, record.part("speech"), manifest))
+
+
+def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome) -> None:
+    """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
+
+    A job with a speech part reports as its ``video`` part and is finished by whichever of the two
+    reports last; a failed video part finishes the job at once and cancels its speech part. A
+    speech part keeps its own record too (``mediafleet status`` shows it).
+    """
+    if request.part_of is not None:
+        jobs.finish(outcome)
+        if jobs.report_part(request.part_of.job_id, "speech", outcome) == 0:
+            join_parts(jobs, request.part_of.job_id, manifest)
+        return
+    record = jobs.get(request.job_id)
+    if record is None or record.speech_job is None:
+        jobs.finish(outcome)
+        return
+    failed = outcome.status != "ok"
+    left = jobs.report_part(request.job_id, "video", outcome, decides=failed)
+    if failed:
+        jobs.finish(outcome)
+        jobs.cancel(record.speech_job)
+    elif left == 0:
+        join_parts(jobs, request.job_id, manifest)
 
 
 def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
@@ -185,8 +222,11 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
                 message=f"the job stopped its worker process {attempts - 1} times; it is not delivered again",
             ))
         else:
-            outcome = run_request(req, manifest=manifest, store=store, device=settings.device, progress=progress)
-        store_.finish(outcome)
+            record = store_.get(req.job_id)
+            fanned_out = record is not None and record.speech_job is not None
+            outcome = run_request(req, manifest=manifest, store=store, device=settings.device, progress=progress,
+                                  inline_parts=not fanned_out)
+        report(store_, manifest, req, outcome)
         return {"job_id": outcome.job_id, "status": outcome.status,
                 "error": outcome.error.code.value if outcome.error else None}
 

@@ -37,7 +37,6 @@ from contract.video import (
     VideoOptions,
     VideoResult,
     VideoShot,
-    VideoSpeech,
 )
 from workers.engines import engine_config
 from workers.sink import BlobSink
@@ -46,7 +45,7 @@ from workers.video.keyframes import Candidate, KeyframePicker, encode_image, upr
 from workers.video.phash import near_duplicates, phash, phash_hex
 from workers.video.probe import Probe, open_video
 from workers.video.shots import AnalysisFrames, build_detector, sharpness
-from workers.video.speech import transcribe_track
+from workers.video.speech import track_speech
 
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_keyframes"]
 
@@ -243,16 +242,14 @@ def _assemble(
     return out_shots, keyframes
 
 
-def producer(
-    options: VideoOptions, spec_facts: dict[str, Any], analysis: AnalysisFrames, threads: int, speech: VideoSpeech
-) -> Producer:
-    transcript = speech.transcript
+def producer(options: VideoOptions, spec_facts: dict[str, Any], analysis: AnalysisFrames, threads: int) -> Producer:
+    """What made the shots and keyframes; a transcript joined in later adds its model and engine."""
     return Producer(
         engine="scenedetect",
         engine_version=metadata.version("scenedetect"),
         extractor=EXTRACTOR,
         extractor_version=EXTRACTOR_VERSION,
-        models=list(transcript.producer.models) if transcript is not None else [],
+        models=[],
         options={
             **options.model_dump(mode="json"),
             **spec_facts,
@@ -262,9 +259,7 @@ def producer(
             "keyframe_rule": "sharpest of the n/8-n/4 frame bucket holding the shot's middle frame",
             "decoder": _decoder(),
             "threads": threads,
-            "speech_engine": (
-                f"{transcript.producer.engine} {transcript.producer.engine_version}" if transcript is not None else None
-            ),
+            "speech_engine": None,
         },
     )
 
@@ -288,7 +283,8 @@ def extract_keyframes(
 
     Returns:
         The media facts, the contiguous shots covering every frame, one keyframe per shot, and
-        the audio track's transcript (or why there is none: :mod:`workers.video.speech`).
+        whether the audio track awaits a transcript (``pending``; :mod:`workers.video.speech`
+        joins it in) or why it does not.
 
     Raises:
         InputRejected: empty, corrupt or truncated video, no video stream, unsupported codec.
@@ -326,12 +322,12 @@ def extract_keyframes(
             progress(reader.count, reader.count)
         media = _media(probe, reader, _frame_rate(probe, reader))
         out_shots, keyframes = _assemble(shots, reader, media, options.duplicate_distance)
-    speech = transcribe_track(path, wanted=options.speech, has_audio=probe.has_audio,
-                              audio_start_s=probe.audio_start_s, origin_s=probe.origin_s, limits=limits)
+    speech = track_speech(wanted=options.speech, has_audio=probe.has_audio,
+                          audio_start_s=probe.audio_start_s, origin_s=probe.origin_s)
     return VideoResult(
         media=media,
         shots=out_shots,
         keyframes=keyframes,
         speech=speech,
-        producer=producer(options, spec.provenance(), analysis, threads, speech),
+        producer=producer(options, spec.provenance(), analysis, threads),
     )

@@ -1,11 +1,12 @@
-"""Speech in a video: the audio track transcribed by the ``transcribe_segments`` extractor, in-job.
+"""Speech in a video: whether the audio track is to be transcribed, and joining its transcript in.
 
-The video job calls the audio capability's extractor on the same verified file (its default
-options, the video capability's limits), so a caller gets shots, keyframes and transcript from one
-request. The audio engine is optional on a video worker: when it is not installed (or its model
-cannot be loaded) the speech part says ``unavailable`` and the shots and keyframes still stand;
-a track that cannot be transcribed says ``failed`` with its public reason. Only the job's time
-limit stops the whole job.
+The video extractor only says what the container shows (:func:`track_speech`): no track, not
+requested, or ``pending`` with the track's offset on the media timeline. The transcript itself is
+made by the ``transcribe_segments`` extractor: on the fleet as a separate job on the audio queue,
+running beside the video job (:mod:`workers.parts`); in-process by :func:`transcribe_here`. Either
+way :func:`attach` joins it into the video result, so a caller gets shots, keyframes and transcript
+from one request. A track that cannot be transcribed leaves the shots and keyframes standing: the
+speech part says ``unavailable`` or ``failed`` with its public reason.
 
 The transcript keeps the audio stream's own timeline; ``offset_ms`` (the stream's start on the
 media timeline) is what the loci add to it.
@@ -20,13 +21,13 @@ from pathlib import Path
 from billiard.exceptions import SoftTimeLimitExceeded
 
 from contract.audio import AudioOptions, AudioResult
-from contract.errors import MediafleetError, Unavailable, to_public
-from contract.manifest import Limits, default_manifest
-from contract.video import VideoSpeech
+from contract.errors import ErrorCode, MediafleetError, PublicError, to_public
+from contract.manifest import Capability
+from contract.video import VideoResult, VideoSpeech
 
-__all__ = ["AUDIO_ACTION", "transcribe_track"]
+__all__ = ["SPEECH_ACTION", "attach", "track_speech", "transcribe_here"]
 
-AUDIO_ACTION = "transcribe_segments"
+SPEECH_ACTION = "transcribe_segments"
 
 log = logging.getLogger("mediafleet.video")
 
@@ -36,32 +37,51 @@ def _offset_ms(audio_start_s: Fraction | None, origin_s: Fraction) -> int:
     return int(start * 1000 + Fraction(1, 2))
 
 
-def transcribe_track(
-    path: Path, *, wanted: bool, has_audio: bool, audio_start_s: Fraction | None, origin_s: Fraction, limits: Limits
-) -> VideoSpeech:
-    """Transcribe the file's audio track, or say why not; never raises for the track itself."""
+def track_speech(*, wanted: bool, has_audio: bool, audio_start_s: Fraction | None, origin_s: Fraction) -> VideoSpeech:
+    """What the container says about speech: no track, not requested, or pending at its offset."""
     if not has_audio:
         return VideoSpeech(status="no_audio_track")
     if not wanted:
         return VideoSpeech(status="not_requested")
+    return VideoSpeech(status="pending", offset_ms=_offset_ms(audio_start_s, origin_s))
+
+
+def transcribe_here(path: Path, capability: Capability) -> AudioResult | PublicError:
+    """The track transcribed in this process with ``capability``'s extractor, default options and
+    limits; a failure comes back as its public error (only a time limit propagates)."""
     from workers.extractor import load_extractor
 
     try:
-        capability = default_manifest().capabilities.get(AUDIO_ACTION)
-        if capability is None:
-            raise Unavailable("this fleet version has no audio transcription engine")
         extract = load_extractor(capability)
-        transcript = extract(path, AudioOptions(), limits, None, None)
+        transcript = extract(path, AudioOptions(), capability.limits, None, None)
     except SoftTimeLimitExceeded:
         raise
-    except Unavailable as exc:
-        return VideoSpeech(status="unavailable", error=exc.public())
     except MediafleetError as exc:
-        return VideoSpeech(status="failed", error=exc.public())
+        return exc.public()
     except Exception as exc:
         log.warning("transcribing a video's audio track failed: %s", type(exc).__name__, exc_info=True)
-        return VideoSpeech(status="failed", error=to_public(exc))
+        return to_public(exc)
     if not isinstance(transcript, AudioResult):
-        return VideoSpeech(status="failed", error=to_public(TypeError("unexpected transcript")))
-    return VideoSpeech(status="transcribed", offset_ms=_offset_ms(audio_start_s, origin_s), transcript=transcript)
+        return to_public(TypeError("unexpected transcript"))
+    return transcript
 
+
+def attach(result: VideoResult, speech: AudioResult | PublicError, job_id: str | None = None) -> VideoResult:
+    """``result`` with its pending speech replaced by the transcript, or by why there is none.
+
+    Pure: the producer gains the speech model's name and digest, and the speech engine.
+    """
+    pending = result.speech
+    if pending.status != "pending":
+        return result  # no track, or not requested: nothing was waiting for a transcript
+    if isinstance(speech, PublicError):
+        status = "unavailable" if speech.code == ErrorCode.ENGINE_UNAVAILABLE else "failed"
+        done = VideoSpeech(status=status, error=speech, job_id=job_id)
+        return result.model_copy(update={"speech": done})
+    done = VideoSpeech(status="transcribed", offset_ms=pending.offset_ms, transcript=speech, job_id=job_id)
+    made_by = speech.producer
+    producer = result.producer.model_copy(update={
+        "models": list(made_by.models),
+        "options": {**result.producer.options, "speech_engine": f"{made_by.engine} {made_by.engine_version}"},
+    })
+    return result.model_copy(update={"speech": done, "producer": producer})
