@@ -6,7 +6,12 @@
 * throughput: 40 ten-page PDF jobs submitted at once, one worker with ``--concurrency`` 1 then 2
   (this machine has 2 cores, shared with the dispatcher and Redis);
 * transport: a 10 MB artifact as a base64 message argument (what today's callers send) versus a
-  digest with the bytes in the blob store, through the same Redis (benchmarks/transport_app.py).
+  digest with the bytes in the blob store, through the same Redis (benchmarks/transport_app.py);
+* a video with speech (2 minutes, 360p, espeak-ng speech looped as its AAC track; made at run time
+  with ffmpeg): in-process with 2 threads (shots and keyframes, then the transcript, one after the
+  other: what one job doing both does) versus the fleet, where the transcript is a separate speech
+  job: one worker serving both queues (the parts run one after the other; the cost of fanning out)
+  and a video worker plus an audio worker with 1 thread each (the parts run side by side).
 
 Run: ``.venv/bin/python benchmarks/bench_fleet.py``.
 """
@@ -18,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -91,6 +97,56 @@ def transport(env: dict[str, str], size: int = 10 * 1024 * 1024, repeat: int = 5
         worker.wait(timeout=30)
 
 
+SPEECH = ROOT / "tests" / "data" / "speech.flac"
+SPEECH_VIDEO_S = 120
+
+
+def speech_video(seconds: int = SPEECH_VIDEO_S) -> Path:
+    """Moving test patterns with a cut every 10 s and looped speech as AAC; cached in the temp dir."""
+    path = Path(tempfile.gettempdir()) / f"mediafleet-bench-speech-{seconds}s.mp4"
+    if not path.exists():
+        sources = ["testsrc2", "mandelbrot", "smptehdbars", "rgbtestsrc", "testsrc", "yuvtestsrc"]
+        scenes = [f"{sources[i % len(sources)]}=size=640x360:rate=30" for i in range(seconds // 10)]
+        inputs = [x for scene in scenes for x in ("-f", "lavfi", "-t", "10", "-i", scene)]
+        concat = "".join(f"[{i}:v]" for i in range(len(scenes))) + f"concat=n={len(scenes)}:v=1:a=0[v]"
+        subprocess.run(["ffmpeg", "-v", "error", "-y", *inputs, "-stream_loop", "-1", "-i", str(SPEECH),
+                        "-filter_complex", concat, "-map", "[v]", "-map", f"{len(scenes)}:a", "-t", str(seconds),
+                        "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", "-c:a", "aac",
+                        str(path)], check=True)
+    return path
+
+
+def speech_fan_out(repeat: int = 3) -> dict[str, float]:
+    """Median seconds to shots, keyframes and transcript of one video, three ways.
+
+    Each run asks with a different ``duplicate_distance``: a new job id, so no run is answered
+    from an earlier one's record (an idempotent resubmit would be).
+    """
+    video = speech_video()
+
+    def timed(d: Dispatcher) -> float:
+        d.submit(video, options={"duplicate_distance": 16}).bundle(timeout=600)  # warm: models loaded
+        times = []
+        for i in range(repeat):
+            start = time.perf_counter()
+            bundle = d.submit(video, options={"duplicate_distance": i}).bundle(timeout=600)
+            times.append(time.perf_counter() - start)
+            assert bundle.status == "ok", bundle.error
+            assert any(n.properties.get("locus_kind") == "audio_range" for n in bundle.nodes)
+        return statistics.median(times)
+
+    out = {"video_s": float(SPEECH_VIDEO_S)}
+    with tempfile.TemporaryDirectory(prefix="mf-bench-") as tmp:
+        out["in_process_s"] = timed(Dispatcher(Settings(blob_root=Path(tmp), threads=2)))
+    with fleet(specs=[(["--concurrency=1"], {"MEDIAFLEET_THREADS": "2"})]) as env:
+        out["one_worker_s"] = timed(dispatcher(env))
+    two = [(["--concurrency=1", "--queues=mf.extract_keyframes.cpu"], {"MEDIAFLEET_THREADS": "1"}),
+           (["--concurrency=1", "--queues=mf.transcribe_segments.cpu"], {"MEDIAFLEET_THREADS": "1"})]
+    with fleet(specs=two) as env:
+        out["two_workers_s"] = timed(dispatcher(env))
+    return out
+
+
 def main() -> None:
     with fleet(workers=1, concurrency=1) as env:
         over = overhead(env)
@@ -98,6 +154,7 @@ def main() -> None:
         moved = transport(env)
     with fleet(workers=1, concurrency=2) as env:
         tput2 = throughput(env, salt="b")
+    speech = speech_fan_out()
     print(table([
         ("measure", "value"),
         ("round trip, 1-page PDF (median)", f"{over['round_trip_ms']:.1f} ms"),
@@ -108,9 +165,14 @@ def main() -> None:
         ("10 MB inline (base64 in the message)", f"{moved['inline_ms']:.0f} ms"),
         ("10 MB by blob reference", f"{moved['by_reference_ms']:.0f} ms "
                                     f"({moved['inline_ms'] / moved['by_reference_ms']:.1f}x faster)"),
+        ("2-min video with speech, in-process (2 threads, parts in turn)", f"{speech['in_process_s']:.1f} s"),
+        ("same, fleet: 1 worker (2 threads) serving both queues", f"{speech['one_worker_s']:.1f} s "
+                                    f"({speech['in_process_s'] / speech['one_worker_s']:.2f}x)"),
+        ("same, fleet: video worker + audio worker (1 thread each)", f"{speech['two_workers_s']:.1f} s "
+                                    f"({speech['in_process_s'] / speech['two_workers_s']:.2f}x)"),
     ]))
     out = write_results("fleet", {"overhead": over, "jobs_per_s": {"1_process": tput1, "2_processes": tput2},
-                                  "transport_10mb": moved})
+                                  "transport_10mb": moved, "video_with_speech": speech})
     print(f"wrote {out}")
 
 

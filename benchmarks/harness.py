@@ -39,11 +39,18 @@ def _free_port() -> int:
 
 
 @contextmanager
-def fleet(workers: int = 1, concurrency: int = 1) -> Iterator[dict[str, str]]:
-    """A redis-server and ``workers`` real worker processes; yields the environment that finds them."""
+def fleet(
+    workers: int = 1, concurrency: int = 1, specs: list[tuple[list[str], dict[str, str]]] | None = None
+) -> Iterator[dict[str, str]]:
+    """A redis-server and real worker processes; yields the environment that finds them.
+
+    ``workers`` identical workers with ``--concurrency``, or one worker per ``specs`` entry
+    (extra ``mediafleet worker`` arguments, extra environment).
+    """
     exe = shutil.which("redis-server")
     if exe is None:
         sys.exit("redis-server is not installed (bash tests/run.sh installs it)")
+    specs = specs or [([f"--concurrency={concurrency}"], {}) for _ in range(workers)]
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-"))
     port = _free_port()
     redis = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -52,14 +59,14 @@ def fleet(workers: int = 1, concurrency: int = 1) -> Iterator[dict[str, str]]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         time.sleep(0.3)
-        for i in range(workers):
+        for i, (args, extra) in enumerate(specs):
             log = open(tmp / f"worker{i}.log", "wb")  # noqa: SIM115
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "mediafleet.cli", "worker", f"--concurrency={concurrency}",
-                 f"--hostname=bench{i}@%h", "--loglevel=WARNING"],
-                env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-        if not _wait_ready(env, workers):
-            logs = "".join((tmp / f"worker{i}.log").read_text()[-2000:] for i in range(workers))
+                [sys.executable, "-m", "mediafleet.cli", "worker", *args, f"--hostname=bench{i}@%h",
+                 "--loglevel=WARNING"],
+                env={**os.environ, **env, **extra}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        if not _wait_ready(env, len(specs)):
+            logs = "".join((tmp / f"worker{i}.log").read_text()[-2000:] for i in range(len(specs)))
             sys.exit(f"workers did not start:\n{logs}")
         yield env
     finally:

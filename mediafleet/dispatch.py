@@ -387,7 +387,7 @@ class Dispatcher:
         keep_s = keep_result_s or self.settings.result_ttl_s
         try:
             part = speech_part(request, capability, self.manifest)
-        except MediafleetError as exc:
+        except MediafleetError as exc:  # options that do not fit together, or speech not declared
             return self._refused(request.artifact.digest, request.artifact.bytes, request.artifact.media_type,
                                  request.action, exc.public())
         request, created = self._queue(request, capability, level, keep_s, speech_job=part.job_id if part else None)

@@ -139,6 +139,18 @@ def test_a_speech_part_killed_by_its_hard_time_limit_fails_only_the_speech(
     assert record.completions == 1
 
 
+@pytest.mark.integration
+def test_options_that_do_not_fit_together_are_refused_before_anything_is_queued(fleet_env, tmp_path: Path) -> None:
+    bad = {"detector": "adaptive", "content_threshold": 30}
+    for dispatcher in (fleet(fleet_env), Dispatcher(Settings(blob_root=tmp_path / "local"))):
+        bundle = dispatcher.submit(VIDEO, options=bad).bundle(timeout=30)
+        assert bundle.status == "failed" and bundle.error.code == ErrorCode.INVALID_REQUEST
+        assert "content_threshold applies to the content detector only" in bundle.error.message
+        assert "30" not in bundle.error.message  # the rule, not the values sent
+    assert fleet(fleet_env).status()["queues"]["mf.extract_keyframes.cpu"] == 0
+    assert fleet(fleet_env).jobs().held() == []
+
+
 # --- the join, and who joins -----------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from adapters.ids import job_id as make_job_id
 from adapters.loci import to_loci
@@ -31,8 +31,8 @@ from contract.results import OPTIONS_BY_MODALITY
 from contract.video import VideoResult
 from workers.video.speech import SPEECH_ACTION, attach, transcribe_here
 
-__all__ = ["SPEECH_ACTION", "join", "join_inline", "part_capabilities", "speech_part", "verify_result",
-           "within_manifest"]
+__all__ = ["SPEECH_ACTION", "join", "join_inline", "options_for", "part_capabilities", "speech_part",
+           "verify_result", "within_manifest"]
 
 
 def within_manifest(options: BaseModel, request: ExtractRequest, capability: Capability,
@@ -52,8 +52,17 @@ def within_manifest(options: BaseModel, request: ExtractRequest, capability: Cap
 
 
 def options_for(request: ExtractRequest, capability: Capability, manifest: Manifest) -> BaseModel:
-    """The request's options as the capability's model, narrowed to what the manifest declares."""
-    options = OPTIONS_BY_MODALITY[capability.modality.value].model_validate(request.options)
+    """The request's options as the capability's model, narrowed to what the manifest declares.
+
+    Raises:
+        CapabilityRefused: ``invalid_request`` for options that do not fit together (the message
+            is the model's rule, never the values sent).
+    """
+    try:
+        options = OPTIONS_BY_MODALITY[capability.modality.value].model_validate(request.options)
+    except ValidationError as exc:
+        rules = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors(include_input=False))
+        raise CapabilityRefused(f"the options do not fit together: {rules}", code=ErrorCode.INVALID_REQUEST) from None
     return within_manifest(options, request, capability, manifest)
 
 

@@ -24,10 +24,9 @@ from contract.errors import (
 )
 from contract.jobs import ExtractRequest, Outcome
 from contract.manifest import DeviceClass, Manifest
-from contract.results import OPTIONS_BY_MODALITY
 from mediafleet.blobstore import BlobStore
 from workers.extractor import ProgressFn, load_extractor
-from workers.parts import join_inline, part_capabilities, verify_result, within_manifest
+from workers.parts import join_inline, options_for, part_capabilities, verify_result
 from workers.sink import StoreSink
 
 __all__ = ["run_request"]
@@ -68,8 +67,7 @@ def run_request(
         admits.check_media_type(request.artifact.media_type)
         admits.check_size(request.artifact.bytes)
         capability.check_options(request.options)
-        options = within_manifest(OPTIONS_BY_MODALITY[capability.modality.value].model_validate(request.options),
-                                  request, capability, manifest)
+        options = options_for(request, capability, manifest)
         extractor = load_extractor(capability)
         with store.verified_path(request.artifact.digest) as path:
             checks["digest_recomputed"] = True
