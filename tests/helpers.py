@@ -1,8 +1,12 @@
-"""Assertions shared by tests: bundles compared without run times, loci checked as the engine does."""
+"""Shared by tests: bundles compared without run times, loci checked as the engine does, waiting."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from contract import EvidenceBundle, EvidenceLocus, is_opaque_ref
 
@@ -44,3 +48,13 @@ def assert_engine_valid(bundle: EvidenceBundle) -> int:
         assert node.properties["occurrence_id"] and node.properties["blob_ref"].startswith("blob:")
         count += 1
     return count
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
+    """Poll ``predicate`` until it is truthy (its value is returned) or fail the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,22 +17,13 @@ import redis
 from contract import ErrorCode, JobState, default_manifest
 from mediafleet import Dispatcher, Settings
 from mediafleet.jobstore import MAX_DELIVERIES
-from tests.helpers import without_run
+from tests.helpers import wait_for, without_run
 from tests.media import marked_pdf, text_pdf
 from workers.app import create_app, visibility_timeout_s
 
 pytestmark = pytest.mark.integration
 
 FAULTY = "tests.faulty_worker"
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def fleet(fleet_env: dict[str, str], tmp_path: Path, **over: object) -> Dispatcher:

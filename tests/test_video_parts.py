@@ -7,8 +7,6 @@ test patterns, see tests/data/README.md).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,22 +18,13 @@ from contract.manifest import Modality, default_manifest
 from contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
 from mediafleet.jobstore import JobStore
-from tests.helpers import without_run
+from tests.helpers import wait_for, without_run
 from workers.parts import join, speech_part
 from workers.video.extract import extract_keyframes
 
 VIDEO = Path(__file__).parent / "data" / "speech.mp4"
 VIDEO_QUEUE = "--queues=mf.extract_keyframes.cpu"
 AUDIO_QUEUE = "--queues=mf.transcribe_segments.cpu"
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 120.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def fleet(fleet_env: dict[str, str]) -> Dispatcher:
