@@ -6,14 +6,22 @@ step, else the nominal frame duration) and counted. Decoding is strict: a packet
 rejects, a frame it flags as corrupt, a stream that stops well short of what the container's index
 declares, or one that runs past the duration limit fails the job rather than yield evidence with
 shifted frame numbers.
+
+With a thread budget over one, demuxing and decoding run in one helper thread that stays up to
+:data:`_AHEAD` frames ahead of the caller, so FFmpeg's decoder threads are fed while the caller
+analyses the previous frames (calling into the decoder from the caller's own loop leaves them idle
+whenever the caller is busy). The reader is a context manager: leaving it stops and joins the
+helper before the container can be closed under it.
 """
 
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from collections.abc import Iterator
 from fractions import Fraction
-from typing import Any
+from typing import Any, Self
 
 import av
 
@@ -25,6 +33,61 @@ __all__ = ["FrameReader"]
 
 # A stream may end this much before the end its container declares (rounding, a short last frame).
 _END_TOLERANCE_S = Fraction(1, 2)
+# Decoded frames the helper thread may hold for the caller (about 3 MB each at 1080p).
+_AHEAD = 4
+_DONE = object()
+
+
+class _Ahead:
+    """Runs a frame iterator in a helper thread, handing frames (or its exception) over in order."""
+
+    def __init__(self, frames: Iterator[Any]) -> None:
+        self._queue: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=_AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(frames,), name="mediafleet-video-decode",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, frames: Iterator[Any]) -> None:
+        try:
+            for frame in frames:
+                if not self._put((frame, None)):
+                    return
+            self._put((_DONE, None))
+        except BaseException as exc:  # noqa: BLE001 - handed over and raised in the caller's thread
+            self._put((None, exc))
+        finally:
+            close = getattr(frames, "close", None)
+            if close is not None:
+                close()
+
+    def _put(self, item: tuple[Any, BaseException | None]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[Any]:
+        get = self._queue.get
+        while True:
+            frame, exc = get()
+            if exc is not None:
+                raise exc
+            if frame is _DONE:
+                return
+            yield frame
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # free the frames it holds; a blocked put sees the stop within its timeout
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join()
 
 
 class FrameReader:
@@ -34,7 +97,7 @@ class FrameReader:
         probe: the opened container and its video stream.
         threads: the worker's thread budget. With 1 the decoder runs in the calling thread; with
             ``n > 1`` FFmpeg's frame threading gets ``n + 1`` threads, as FFmpeg's own automatic
-            choice does, so one frame is always in flight while the caller converts the last one.
+            choice does, driven by one helper thread that decodes ahead of the caller.
         limits: the capability's limits; ``max_duration_s`` is enforced on the decoded timestamps too.
     """
 
@@ -53,6 +116,20 @@ class FrameReader:
         self.min_step: int | None = None
         self.max_step: int | None = None
         self.rotation = 0
+        self._threaded = threads > 1
+        self._ahead: _Ahead | None = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the helper thread, if one runs (idempotent)."""
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
 
     def time_s(self, pts: int) -> Fraction:
         """Seconds on the media timeline of a pts in the stream's time base."""
@@ -65,18 +142,35 @@ class FrameReader:
     def _decoded(self) -> Iterator[Any]:
         probe = self.probe
         packet = None
+        decoded = 0  # counted here: with a helper thread the caller's count lags behind
         try:
             for packet in probe.container.demux(probe.stream):
-                yield from packet.decode()
+                for frame in packet.decode():
+                    yield frame
+                    decoded += 1
         except av.error.FFmpegError as exc:
             if packet is not None and packet.pos is not None and packet.pos + packet.size >= probe.size:
                 # The packet runs to the end of the file: the data stops mid-frame.
-                raise InputRejected(f"the video is truncated: it ends inside frame {self.count + 1}") from exc
-            raise InputRejected(f"the video stream is corrupt: it fails to decode after frame {self.count}") from exc
+                raise InputRejected(f"the video is truncated: it ends inside frame {decoded + 1}") from exc
+            raise InputRejected(f"the video stream is corrupt: it fails to decode after frame {decoded}") from exc
+
+    def _frames(self) -> Iterator[Any]:
+        if not self._threaded:
+            return self._decoded()
+        self.close()
+        self._ahead = _Ahead(self._decoded())
+        return iter(self._ahead)
 
     def __iter__(self) -> Iterator[tuple[int, int, Any]]:
         max_pts = self._max_pts()
-        for frame in self._decoded():
+        try:
+            yield from self._checked(self._frames(), max_pts)
+        finally:
+            self.close()
+        self._check_complete()
+
+    def _checked(self, frames: Iterator[Any], max_pts: int | None) -> Iterator[tuple[int, int, Any]]:
+        for frame in frames:
             if frame.is_corrupt:
                 raise InputRejected(f"the video stream is corrupt: frame {self.count + 1} is damaged")
             pts = frame.pts
@@ -106,7 +200,6 @@ class FrameReader:
             self.last_duration = frame.duration if frame.duration and frame.duration > 0 else None
             yield self.count, pts, frame
             self.count += 1
-        self._check_complete()
 
     def _max_pts(self) -> int | None:
         """The last pts inside the duration limit, in stream ticks (compared as integers per frame)."""

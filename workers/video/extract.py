@@ -292,8 +292,7 @@ def extract_keyframes(
     """
     threads = max(1, engine_config().threads)
     _use_threads(threads)
-    with open_video(path, limits) as probe:
-        reader = FrameReader(probe, threads, limits)
+    with open_video(path, limits) as probe, FrameReader(probe, threads, limits) as reader:
         analysis = AnalysisFrames(probe.width, probe.height)
         detector, spec = build_detector(options)
         lookback = detector.event_buffer_length

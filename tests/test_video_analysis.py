@@ -1,0 +1,157 @@
+"""The analysis frames' shortcuts against the full path they replace, byte for byte, and the
+decoding helper thread against decoding in the caller's thread.
+
+The row path (``workers.video.shots``) converts only the rows linear resizing reads; these tests
+check the row sets against OpenCV itself and the resulting frames against the full-size conversion
+then resize that PySceneDetect's ``SceneManager`` does, on real decoded frames, random pixels and
+every colour matrix and range swscale knows.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+from av.video.reformatter import VideoReformatter
+from scenedetect.scene_manager import compute_downscale_factor
+
+from contract.errors import InputRejected
+from contract.manifest import Limits
+from tests.test_video_clips import write_clip
+from workers.video.decode import FrameReader
+from workers.video.probe import open_video
+from workers.video.shots import AnalysisFrames, resize_rows
+
+LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
+# Coded sizes seen in the wild, portrait and odd ones included.
+GEOMETRIES = [(1920, 1080), (1280, 720), (3840, 2160), (4096, 2160), (1080, 1920), (854, 480), (1440, 1080),
+              (2560, 1440), (720, 576), (640, 360), (1918, 1078), (1366, 768), (2048, 858), (300, 4000), (512, 288)]
+
+
+def _reference(frame: av.VideoFrame, size: tuple[int, int]) -> np.ndarray:
+    """What the SceneManager feeds its detectors: full-size BGR from swscale, then linear resize."""
+    full = VideoReformatter().reformat(frame, format="bgr24", threads=1).to_ndarray()
+    return cv2.resize(full, size, interpolation=cv2.INTER_LINEAR)
+
+
+def _size(width: int, height: int) -> tuple[int, int]:
+    factor = compute_downscale_factor(max(width, height))
+    return max(1, round(width / factor)), max(1, round(height / factor))
+
+
+@pytest.mark.parametrize(("width", "height"), GEOMETRIES)
+def test_resize_reads_only_the_rows_resize_rows_names(width: int, height: int) -> None:
+    """Whatever the other rows hold, OpenCV's linear resize gives the same bytes."""
+    size = _size(width, height)
+    rows = resize_rows(height, size[1])
+    others = np.setdiff1d(np.arange(height), rows)
+    rng = np.random.default_rng(width * height)
+    image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    expected = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
+    for fill in (0, 255, None):
+        changed = image.copy()
+        changed[others] = rng.integers(0, 256, (len(others), width, 3), dtype=np.uint8) if fill is None else fill
+        assert np.array_equal(cv2.resize(changed, size, interpolation=cv2.INTER_LINEAR), expected)
+    # Two rows an output row, at most (fewer where neighbours share one).
+    assert len(rows) <= 2 * size[1]
+
+
+def _random_yuv420p(width: int, height: int, seed: int) -> av.VideoFrame:
+    rng = np.random.default_rng(seed)
+    return av.VideoFrame.from_ndarray(rng.integers(0, 256, (height * 3 // 2, width), dtype=np.uint8), format="yuv420p")
+
+
+# AVColorSpace: unspecified, BT.709, FCC, BT.470BG, SMPTE 170M, SMPTE 240M, BT.2020; AVColorRange: tv, pc.
+@pytest.mark.parametrize("colorspace", [2, 1, 4, 5, 6, 7, 9])
+@pytest.mark.parametrize("color_range", [1, 2])
+def test_row_path_is_the_full_path_on_random_pixels(colorspace: int, color_range: int) -> None:
+    """Noise over the whole 0-255 range (clipping included), in every matrix and range."""
+    analysis = AnalysisFrames(1920, 1080)
+    for seed in range(3):
+        frame = _random_yuv420p(1920, 1080, seed)
+        frame.colorspace = colorspace
+        frame.color_range = color_range
+        assert analysis._rows is not None and analysis._rows.fits(frame)  # the row path is the one tested
+        assert np.array_equal(analysis.small(frame), _reference(frame, analysis.size))
+
+
+def test_row_path_with_padded_source_lines() -> None:
+    """Decoders pad lines differently from the gathered frame's; the rows still land in place."""
+    width, height, pad = 1920, 1080, 64
+    rng = np.random.default_rng(3)
+    buffer = rng.integers(0, 256, (height * 3 // 2, width + pad), dtype=np.uint8)
+    frame = av.VideoFrame.from_numpy_buffer(buffer, format="yuv420p", width=width)
+    assert frame.planes[0].line_size == width + pad
+    analysis = AnalysisFrames(width, height)
+    assert analysis._rows is not None and analysis._rows.fits(frame)
+    assert np.array_equal(analysis.small(frame), _reference(frame, analysis.size))
+
+
+def _decoded_frames_agree(path: Path, limit: int | None = None) -> int:
+    checked = 0
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        analysis = AnalysisFrames(stream.codec_context.width, stream.codec_context.height)
+        for frame in container.decode(stream):
+            assert np.array_equal(analysis.small(frame), _reference(frame, analysis.size)), f"frame {checked}"
+            checked += 1
+            if checked == limit:
+                break
+    return checked
+
+
+def test_row_path_is_the_full_path_on_decoded_1080p_frames(tmp_path: Path) -> None:
+    clip = write_clip(tmp_path / "hd.mp4", [(0, 12), (1, 12), (2, 12)], size=(1920, 1080))
+    assert AnalysisFrames(1920, 1080)._rows is not None
+    assert _decoded_frames_agree(clip.path) == 36
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["counter.mp4", "testvideo.mp4", "fades.mp4"])
+def test_analysis_frames_are_the_full_path_on_the_corpus(corpus: Path, name: str) -> None:
+    """Every frame of the golden videos (counter.mp4 is 1080p and takes the row path)."""
+    path = corpus / "video" / name
+    assert _decoded_frames_agree(path) > 0
+
+
+# --- the decoding helper thread --------------------------------------------------------------
+
+
+def _read(path: Path, threads: int) -> list[tuple[int, int, bytes]]:
+    with open_video(path, LIMITS) as probe, FrameReader(probe, threads, LIMITS) as reader:
+        return [(index, pts, bytes(frame.planes[0])) for index, pts, frame in reader]
+
+
+def test_the_helper_thread_hands_over_the_same_frames_in_order(tmp_path: Path) -> None:
+    clip = write_clip(tmp_path / "c.mp4", [(0, 30), (1, 30)])
+    assert _read(clip.path, 2) == _read(clip.path, 1)
+    assert not [t for t in threading.enumerate() if t.name == "mediafleet-video-decode"]
+
+
+def test_leaving_the_reader_early_stops_its_thread(tmp_path: Path) -> None:
+    clip = write_clip(tmp_path / "c.mp4", [(0, 60)])
+    with open_video(clip.path, LIMITS) as probe, FrameReader(probe, 2, LIMITS) as reader:
+        for index, _, _ in reader:
+            if index == 3:
+                break
+        # The generator is suspended, not finished: leaving the with block must still stop the thread.
+    assert not [t for t in threading.enumerate() if t.name == "mediafleet-video-decode"]
+
+
+def test_decoding_errors_reach_the_caller_with_the_same_message(tmp_path: Path) -> None:
+    clip = write_clip(tmp_path / "c.mp4", [(0, 40), (1, 40)])
+    data = bytearray(clip.path.read_bytes())
+    for k in range(len(data) // 3, len(data) // 3 + 4000, 5):
+        data[k] ^= 0xFF
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(bytes(data))
+    messages = []
+    for threads in (1, 2):
+        with pytest.raises(InputRejected) as info:
+            _read(bad, threads)
+        messages.append(info.value.message)
+    assert messages[0] == messages[1] and "corrupt" in messages[0]
