@@ -147,7 +147,7 @@ class _FleetJob(Job):
             record = self.record()
             waited = self._app.AsyncResult(self._running_part(record) or self.id) if record is not None else None
             if waited is None or waited.ready():
-                if (outcome := self._settle(record)) is not None:
+                if (outcome := self._settle()) is not None:
                     break
             # The Redis backend wakes get() through pub/sub the moment the result lands; the
             # short slices are only there to report progress in between.
@@ -164,7 +164,7 @@ class _FleetJob(Job):
                     on_progress(p)
         return build_bundle(outcome, self._capability)
 
-    def _settle(self, record: JobRecord | None) -> Outcome | None:
+    def _settle(self) -> Outcome | None:
         """A task this job waits on has ended but the job has no outcome yet: find out why.
 
         Its worker may have been killed or timed out before writing one (the job fails here with
@@ -174,7 +174,10 @@ class _FleetJob(Job):
         """
         from workers.app import join_parts
 
-        if (outcome := self._finished()) is not None:
+        # Read after the task was seen ending: a task reports before it ends, so this record holds
+        # whatever it reported (one read before that could wrongly count its job as lost).
+        record = self.record()
+        if record is not None and record.final and (outcome := record.outcome) is not None:
             return outcome
         part = self._running_part(record) if record is not None else None
         if part is None:
