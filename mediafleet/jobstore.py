@@ -30,6 +30,8 @@ _HELD = "mediafleet:held"
 # A job whose worker process died this many times (OOM kill, segfault, SIGKILL) is not delivered
 # again: it fails with ``worker_lost`` and the queue keeps flowing.
 MAX_DELIVERIES = 3
+# What a job with a speech part waits for: its own task's outcome and its speech job's.
+_PARTS = ("video", "speech")
 
 # KEYS[1] record; ARGV[1] ttl, ARGV[2..] field/value pairs. Creates the record unless a live one
 # exists; a cancelled job or one that failed retryably is replaced. Returns 1 when created.
@@ -256,7 +258,8 @@ class JobStore:
         return JobState(state.decode()) if state else None
 
     def finish(self, outcome: Outcome) -> None:
-        """Store the outcome and the final state, kept for the job's pickup window."""
+        """Store the outcome and the final state, kept for the job's pickup window (the parts'
+        outcomes it was joined from are dropped)."""
         key = self.key(outcome.job_id)
         keep_s = int(self._r.hget(key, "keep_s") or self._ttl_s)
         cancelled = outcome.error is not None and outcome.error.code == ErrorCode.CANCELLED
@@ -269,6 +272,7 @@ class JobStore:
         })
         if outcome.status == "ok":
             pipe.hincrby(key, "completions", 1)
+        pipe.hdel(key, *(f"part:{name}" for name in _PARTS))  # joined into the outcome: not kept twice
         pipe.expire(key, keep_s)
         pipe.execute()
 

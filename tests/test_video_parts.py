@@ -58,6 +58,7 @@ def test_speech_runs_as_its_own_job_on_the_audio_queue_and_joins_the_callers_job
     record = jobs.get(job.id)
     assert record.state == JobState.DONE and record.completions == 1
     assert record.hostname.startswith("video@")
+    assert record.part("video") is None and record.part("speech") is None  # joined, not kept twice
     speech = jobs.get(record.speech_job)
     assert speech.state == JobState.DONE and speech.completions == 1 and speech.hostname.startswith("audio@")
     assert speech.request.part_of == PartOf(job_id=job.id, action="extract_keyframes")
