@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,32 @@ def test_a_worker_killed_mid_task_redelivers_and_completes_once(fleet_env, start
     assert len(ids) == len(set(ids))
     uninterrupted = Dispatcher(Settings(blob_root=tmp_path / "local")).submit(pdf).bundle()
     assert without_run(bundle) == without_run(uninterrupted)
+
+
+def test_a_whole_worker_lost_mid_task_hands_the_job_to_another_after_the_visibility_timeout(
+    fleet_env, start_worker, tmp_path: Path
+) -> None:
+    """A node lost with its worker (main process and pool, SIGKILL: no warm shutdown, no requeue):
+    the unacknowledged message comes back once the visibility timeout passes, and another worker
+    completes the job once. Short time limits keep the timeout at about a minute."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"capabilities": {"ocr_pdf": {"time_limits": {"soft_s": 5, "hard_s": 6}}}}')
+    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest)}
+    lost = start_worker("--concurrency=1", module=FAULTY, env=env)
+    dispatcher = fleet(fleet_env, tmp_path, manifest_file=manifest)
+    assert visibility_timeout_s(dispatcher.manifest) == 67
+    job = dispatcher.submit(marked_pdf("MF-SLOW", pages=2))
+    wait_for(lambda: (p := job.progress()) is not None and p.done > 0, what="the job to start")
+    os.killpg(lost.proc.pid, signal.SIGKILL)
+    lost.proc.wait(timeout=10)
+    killed_at = time.monotonic()
+    assert job.state() == JobState.STARTED  # nobody knows yet: the record still names the lost worker
+    start_worker("--concurrency=1", module=FAULTY, env=env)
+    bundle = job.bundle(timeout=180)
+    assert bundle.status == "ok"
+    assert time.monotonic() - killed_at >= 60  # not handed over while the lost worker might still run it
+    record = dispatcher.jobs().get(job.id)
+    assert record.attempts == 2 and record.completions == 1 and record.hostname != lost.hostname
 
 
 def test_an_input_that_always_crashes_its_worker_fails_after_bounded_redeliveries(
