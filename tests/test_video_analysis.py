@@ -1,5 +1,5 @@
 """The analysis frames' shortcuts against the full path they replace, byte for byte, and the
-decoding helper thread against decoding in the caller's thread.
+decoding helper threads against decoding in the caller's thread.
 
 The row path (``workers.video.shots``) converts only the rows linear resizing reads; these tests
 check the row sets against OpenCV itself and the resulting frames against the full-size conversion
@@ -123,23 +123,45 @@ def test_analysis_frames_are_the_full_path_on_the_corpus(corpus: Path, name: str
 
 def _read(path: Path, threads: int) -> list[tuple[int, int, bytes]]:
     with open_video(path, LIMITS) as probe, FrameReader(probe, threads, LIMITS) as reader:
-        return [(index, pts, bytes(frame.planes[0])) for index, pts, frame in reader]
+        return [(index, pts, bytes(frame.planes[0])) for index, pts, frame, _ in reader]
 
 
-def test_the_helper_thread_hands_over_the_same_frames_in_order(tmp_path: Path) -> None:
+def _helpers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("mediafleet-video-")]
+
+
+def test_the_helper_threads_hand_over_the_same_frames_in_order(tmp_path: Path) -> None:
     clip = write_clip(tmp_path / "c.mp4", [(0, 30), (1, 30)])
     assert _read(clip.path, 2) == _read(clip.path, 1)
-    assert not [t for t in threading.enumerate() if t.name == "mediafleet-video-decode"]
+    with open_video(clip.path, LIMITS) as probe, FrameReader(probe, 2, LIMITS) as reader:
+        prepared = [(index, value) for index, _, _, value in reader.frames(prepare=lambda f: f.pts)]
+    assert prepared == [(index, pts) for index, pts, _ in _read(clip.path, 1)]
+    assert not _helpers()
 
 
-def test_leaving_the_reader_early_stops_its_thread(tmp_path: Path) -> None:
+def test_a_failing_prepare_step_reaches_the_caller(tmp_path: Path) -> None:
+    clip = write_clip(tmp_path / "c.mp4", [(0, 30)])
+
+    def prepare(frame: av.VideoFrame) -> None:
+        if frame.pts >= 5:
+            raise ValueError("prepare failed")
+
+    for threads in (1, 2):
+        with open_video(clip.path, LIMITS) as probe, FrameReader(probe, threads, LIMITS) as reader:
+            with pytest.raises(ValueError, match="prepare failed"):
+                for _ in reader.frames(prepare=prepare):
+                    pass
+        assert not _helpers()
+
+
+def test_leaving_the_reader_early_stops_its_threads(tmp_path: Path) -> None:
     clip = write_clip(tmp_path / "c.mp4", [(0, 60)])
     with open_video(clip.path, LIMITS) as probe, FrameReader(probe, 2, LIMITS) as reader:
-        for index, _, _ in reader:
+        for index, _, _, _ in reader.frames(prepare=lambda f: f.pts):
             if index == 3:
                 break
-        # The generator is suspended, not finished: leaving the with block must still stop the thread.
-    assert not [t for t in threading.enumerate() if t.name == "mediafleet-video-decode"]
+        # The generator is suspended, not finished: leaving the with block must still stop the threads.
+    assert not _helpers()
 
 
 def test_decoding_errors_reach_the_caller_with_the_same_message(tmp_path: Path) -> None:

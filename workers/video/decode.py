@@ -7,11 +7,13 @@ rejects, a frame it flags as corrupt, a stream that stops well short of what the
 declares, or one that runs past the duration limit fails the job rather than yield evidence with
 shifted frame numbers.
 
-With a thread budget over one, demuxing and decoding run in one helper thread that stays up to
-:data:`_AHEAD` frames ahead of the caller, so FFmpeg's decoder threads are fed while the caller
-analyses the previous frames (calling into the decoder from the caller's own loop leaves them idle
-whenever the caller is busy). The reader is a context manager: leaving it stops and joins the
-helper before the container can be closed under it.
+With a thread budget over one, the frames flow through two helper threads: one demuxes and decodes
+(so FFmpeg's frame threads are fed while the caller works: calling into the decoder from the
+caller's own loop leaves them idle whenever the caller is busy), the next runs the caller's
+``prepare`` step on each frame right after it is decoded (while the frame is still in cache), and
+the caller gets frames and their prepared values in order. Each hand-over queue holds a few frames
+(:func:`_depth`). The reader is a context manager: leaving it stops and joins the helpers before the
+container can be closed under them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any, Self
 
@@ -33,38 +35,43 @@ __all__ = ["FrameReader"]
 
 # A stream may end this much before the end its container declares (rounding, a short last frame).
 _END_TOLERANCE_S = Fraction(1, 2)
-# Decoded frames the helper thread may hold for the caller (about 3 MB each at 1080p).
-_AHEAD = 4
+# Frames each hand-over queue may hold: as many as fit in this many bytes, within the bounds below.
+_QUEUE_BYTES = 48 << 20
+_QUEUE_FRAMES = (2, 8)  # 8 at 1080p (about 3 MB a frame), 3 at 4096x2160
 _DONE = object()
 
 
-class _Ahead:
-    """Runs a frame iterator in a helper thread, handing frames (or its exception) over in order."""
+def _depth(width: int, height: int) -> int:
+    low, high = _QUEUE_FRAMES
+    return max(low, min(high, _QUEUE_BYTES // max(1, width * height * 3 // 2)))
 
-    def __init__(self, frames: Iterator[Any]) -> None:
-        self._queue: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=_AHEAD)
+
+class _Ahead:
+    """Runs an iterator in a helper thread, handing its items (or its exception) over in order."""
+
+    def __init__(self, items: Iterator[Any], depth: int, name: str) -> None:
+        self._queue: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(frames,), name="mediafleet-video-decode",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(items,), name=name, daemon=True)
         self._thread.start()
 
-    def _run(self, frames: Iterator[Any]) -> None:
+    def _run(self, items: Iterator[Any]) -> None:
         try:
-            for frame in frames:
-                if not self._put((frame, None)):
+            for item in items:
+                if not self._put((item, None)):
                     return
             self._put((_DONE, None))
         except BaseException as exc:  # noqa: BLE001 - handed over and raised in the caller's thread
             self._put((None, exc))
         finally:
-            close = getattr(frames, "close", None)
+            close = getattr(items, "close", None)
             if close is not None:
                 close()
 
-    def _put(self, item: tuple[Any, BaseException | None]) -> bool:
+    def _put(self, entry: tuple[Any, BaseException | None]) -> bool:
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=0.05)
+                self._queue.put(entry, timeout=0.05)
                 return True
             except queue.Full:
                 continue
@@ -73,15 +80,23 @@ class _Ahead:
     def __iter__(self) -> Iterator[Any]:
         get = self._queue.get
         while True:
-            frame, exc = get()
+            try:
+                item, exc = get(timeout=0.05)
+            except queue.Empty:
+                if self._stop.is_set():
+                    return  # stopping: a helper reading from this stage ends too
+                continue
             if exc is not None:
                 raise exc
-            if frame is _DONE:
+            if item is _DONE:
                 return
-            yield frame
+            yield item
+
+    def stop(self) -> None:
+        self._stop.set()
 
     def close(self) -> None:
-        self._stop.set()
+        self.stop()
         while True:  # free the frames it holds; a blocked put sees the stop within its timeout
             try:
                 self._queue.get_nowait()
@@ -91,13 +106,14 @@ class _Ahead:
 
 
 class FrameReader:
-    """Iterate ``(index, pts, frame)``; after the loop, the facts of what was decoded.
+    """Iterate ``(index, pts, frame, prepared)`` (see :meth:`frames`); after the loop, the facts of
+    what was decoded.
 
     Args:
         probe: the opened container and its video stream.
         threads: the worker's thread budget. With 1 the decoder runs in the calling thread; with
             ``n > 1`` FFmpeg's frame threading gets ``n + 1`` threads, as FFmpeg's own automatic
-            choice does, driven by one helper thread that decodes ahead of the caller.
+            choice does, driven by helper threads that decode (and prepare) ahead of the caller.
         limits: the capability's limits; ``max_duration_s`` is enforced on the decoded timestamps too.
     """
 
@@ -117,7 +133,7 @@ class FrameReader:
         self.max_step: int | None = None
         self.rotation = 0
         self._threaded = threads > 1
-        self._ahead: _Ahead | None = None
+        self._stages: list[_Ahead] = []
 
     def __enter__(self) -> Self:
         return self
@@ -126,10 +142,11 @@ class FrameReader:
         self.close()
 
     def close(self) -> None:
-        """Stop the helper thread, if one runs (idempotent)."""
-        if self._ahead is not None:
-            self._ahead.close()
-            self._ahead = None
+        """Stop and join the helper threads, if any run (idempotent)."""
+        for stage in self._stages:
+            stage.stop()
+        while self._stages:  # the caller's end first: each stage feeds the next
+            self._stages.pop().close()
 
     def time_s(self, pts: int) -> Fraction:
         """Seconds on the media timeline of a pts in the stream's time base."""
@@ -154,23 +171,42 @@ class FrameReader:
                 raise InputRejected(f"the video is truncated: it ends inside frame {decoded + 1}") from exc
             raise InputRejected(f"the video stream is corrupt: it fails to decode after frame {decoded}") from exc
 
-    def _frames(self) -> Iterator[Any]:
-        if not self._threaded:
-            return self._decoded()
-        self.close()
-        self._ahead = _Ahead(self._decoded())
-        return iter(self._ahead)
+    @staticmethod
+    def _prepared(frames: Iterator[Any], prepare: Callable[[Any], Any] | None) -> Iterator[tuple[Any, Any]]:
+        for frame in frames:
+            yield frame, prepare(frame) if prepare is not None else None
 
-    def __iter__(self) -> Iterator[tuple[int, int, Any]]:
+    def __iter__(self) -> Iterator[tuple[int, int, Any, Any]]:
+        return self.frames()
+
+    def frames(self, prepare: Callable[[Any], Any] | None = None) -> Iterator[tuple[int, int, Any, Any]]:
+        """``(index, pts, frame, prepare(frame))`` for every frame, in order (``None`` without ``prepare``).
+
+        With helper threads, ``prepare`` runs in its own helper right after each frame is decoded,
+        while the caller works on earlier frames: it must not share state with what the caller does
+        meanwhile. With one thread it runs in the caller's.
+        """
         max_pts = self._max_pts()
+        if self._threaded:
+            self.close()
+            depth = _depth(self.probe.width, self.probe.height)
+            decoding = _Ahead(self._decoded(), depth, "mediafleet-video-decode")
+            self._stages.append(decoding)
+            if prepare is not None:
+                self._stages.append(_Ahead(self._prepared(iter(decoding), prepare), depth, "mediafleet-video-prepare"))
+            decoded: Iterator[tuple[Any, Any]] = (
+                iter(self._stages[-1]) if prepare is not None else self._prepared(iter(decoding), None)
+            )
+        else:
+            decoded = self._prepared(self._decoded(), prepare)
         try:
-            yield from self._checked(self._frames(), max_pts)
+            yield from self._checked(decoded, max_pts)
         finally:
             self.close()
         self._check_complete()
 
-    def _checked(self, frames: Iterator[Any], max_pts: int | None) -> Iterator[tuple[int, int, Any]]:
-        for frame in frames:
+    def _checked(self, frames: Iterator[tuple[Any, Any]], max_pts: int | None) -> Iterator[tuple[int, int, Any, Any]]:
+        for frame, prepared in frames:
             if frame.is_corrupt:
                 raise InputRejected(f"the video stream is corrupt: frame {self.count + 1} is damaged")
             pts = frame.pts
@@ -198,7 +234,7 @@ class FrameReader:
                 )
             self.last_pts = pts
             self.last_duration = frame.duration if frame.duration and frame.duration > 0 else None
-            yield self.count, pts, frame
+            yield self.count, pts, frame, prepared
             self.count += 1
 
     def _max_pts(self) -> int | None:

@@ -7,8 +7,10 @@ closes, its keyframe is converted at full size, turned upright, hashed and store
 decoded twice and nothing seeks.
 
 Threads: the worker's engine configuration (``workers.engines``, set once per process) gives the
-thread budget: FFmpeg's decoder threads (see :class:`FrameReader`) and OpenCV's pool; conversion
-and detection run in the calling thread. The extractor never reads the environment.
+thread budget: FFmpeg's decoder threads and OpenCV's pool. With a budget over one, decoding and
+the analysis frame with its sharpness run in the reader's two helper threads (see
+:class:`FrameReader`), detection and keyframes in the calling thread; with one, all of it runs in
+the calling thread. The extractor never reads the environment.
 """
 
 from __future__ import annotations
@@ -301,12 +303,16 @@ def extract_keyframes(
         pending: deque[tuple[int, int, float, Any]] = deque()
         total = probe.declared_frames
         timecode = None
-        for index, pts, frame in reader:
+
+        def prepare(frame: Any) -> tuple[Any, float]:  # runs in the reader's preparing thread
             small = analysis.small(frame)
+            return small, sharpness(small)
+
+        for index, pts, frame, (small, sharp) in reader.frames(prepare=prepare):
             timecode = FrameTimecode(index, fps=rate)
             for cut in detector.process_frame(timecode, small):
                 shots.cut(cut.frame_num)
-            pending.append((index, pts, sharpness(small), frame))
+            pending.append((index, pts, sharp, frame))
             while pending[0][0] <= index - lookback:
                 shots.add(*pending.popleft())
             if progress is not None and index % _PROGRESS_EVERY == 0:

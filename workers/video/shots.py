@@ -50,7 +50,10 @@ class AnalysisFrames:
         self.size = (max(1, round(width / factor)), max(1, round(height / factor))) if factor > 1 else (width, height)
         self.factor = float(factor)
         self._scale = factor > 1
-        self._reformatter = VideoReformatter()  # keeps its swscale context between frames
+        # Each keeps its swscale context between frames; two, so that small() and bgr() may run in
+        # different threads (the reader's preparing thread and the caller's).
+        self._reformatter = VideoReformatter()
+        self._small_reformatter = VideoReformatter()
         self._rows: _Rows | None = None
         if self._scale:
             rows = resize_rows(height, self.size[1])
@@ -67,13 +70,14 @@ class AnalysisFrames:
         return self._reformatter.reformat(frame, format="bgr24", threads=1).to_ndarray()
 
     def small(self, frame: Any) -> np.ndarray:
-        if not self._scale:
-            return self.bgr(frame)
+        """The analysis frame: what the SceneManager would feed its detectors for this frame."""
         rows = self._rows
         if rows is not None and rows.fits(frame):
             image = rows.bgr(frame)
         else:
-            image = self.bgr(frame)
+            image = self._small_reformatter.reformat(frame, format="bgr24", threads=1).to_ndarray()
+        if not self._scale:
+            return image
         return cv2.resize(image, self.size, interpolation=cv2.INTER_LINEAR)
 
 
