@@ -43,6 +43,9 @@ _PROGRESS_SLICE_S = 0.5
 _DEFAULT_PRIORITY = 4
 _KOMBU_SEP = "\x06\x16"  # kombu's Redis transport: "<queue><sep><priority>" for priorities 1..9
 _FINAL = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+# A queued job whose message is not sent this long after its record was written was left by a
+# dispatcher that died in between; a resubmission sends it (sending takes milliseconds).
+_UNSENT_AFTER_S = 30.0
 
 
 def _now() -> datetime:
@@ -411,10 +414,16 @@ class Dispatcher:
                            speech_job=speech_job)
         if token is None:
             record = jobs.get(request.job_id)
-            return (record.request if record is not None else request), False
+            if record is None:
+                return request, False
+            if (lost := jobs.unsent(request.job_id, _UNSENT_AFTER_S)) is not None:
+                # Recorded but never sent (its dispatcher died in between): this resubmission sends it.
+                send_extract(self.app, record.request, capability, lost, record.priority)
+            return record.request, False
         self._result_of(request.job_id).forget()
         if not held:
             send_extract(self.app, request, capability, token, level)
+            jobs.mark_sent(request.job_id)
         return request, True
 
     def _queue_part(self, part: ExtractRequest, level: int, keep_s: int) -> None:

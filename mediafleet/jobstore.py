@@ -54,7 +54,20 @@ return 1
 _RELEASE = """
 redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('HGET', KEYS[1], 'state') ~= 'held' then return false end
-redis.call('HSET', KEYS[1], 'state', 'queued', 'held_reason', '', 'request', ARGV[2], 'updated_at', ARGV[3])
+redis.call('HSET', KEYS[1], 'state', 'queued', 'held_reason', '', 'request', ARGV[2], 'updated_at', ARGV[3],
+           'sent', '0')
+return redis.call('HGET', KEYS[1], 'token')
+"""
+
+# KEYS[1] record; ARGV[1] now, ARGV[2] seconds. A job recorded as queued whose message was never
+# sent (its dispatcher died between the record and the send) for longer than ARGV[2]: marked sent
+# and its token returned, once, for a resubmission to send it. Otherwise false.
+_RESEND = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'queued' or redis.call('HGET', KEYS[1], 'sent') ~= '0' then
+  return false
+end
+if tonumber(ARGV[1]) - tonumber(redis.call('HGET', KEYS[1], 'updated_at')) < tonumber(ARGV[2]) then return false end
+redis.call('HSET', KEYS[1], 'sent', '1', 'updated_at', ARGV[1])
 return redis.call('HGET', KEYS[1], 'token')
 """
 
@@ -185,6 +198,7 @@ class JobStore:
         self._start = client.register_script(_START)
         self._release = client.register_script(_RELEASE)
         self._report = client.register_script(_REPORT)
+        self._resend = client.register_script(_RESEND)
 
     @staticmethod
     def key(job_id: str) -> str:
@@ -211,7 +225,7 @@ class JobStore:
             "state": state.value, "action": request.action, "request": request.model_dump_json(),
             "attempts": "0", "completions": "0", "device": request.device.value, "priority": str(priority),
             "held_reason": held_reason or "", "keep_s": str(max(keep_s, self._ttl_s)),
-            "submitted_at": now, "updated_at": now,
+            "submitted_at": now, "updated_at": now, "sent": "0",
         }
         if speech_job is not None:
             fields.update(speech_job=speech_job, pending_parts="2")
@@ -237,6 +251,16 @@ class JobStore:
         """Mark a held job queued (once, whoever asks first); returns the token to send it with."""
         token = self._release(keys=[self.key(request.job_id), _HELD],
                               args=[request.job_id, request.model_dump_json(), time.time()])
+        return token.decode() if isinstance(token, bytes) else token
+
+    def mark_sent(self, job_id: str) -> None:
+        """The job's message is on its queue (a resubmission need not send it again)."""
+        self._r.hset(self.key(job_id), "sent", "1")
+
+    def unsent(self, job_id: str, after_s: float) -> str | None:
+        """The token to send a job with whose message was never sent, once, when its record has
+        waited unsent for ``after_s`` seconds (its dispatcher died between record and send)."""
+        token = self._resend(keys=[self.key(job_id)], args=[time.time(), after_s])
         return token.decode() if isinstance(token, bytes) else token
 
     def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None]:

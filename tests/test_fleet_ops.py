@@ -107,6 +107,47 @@ def test_resubmitting_a_cancelled_queued_job_runs_it_once(fleet_env, start_worke
     assert record.state == JobState.DONE and record.completions == 1
 
 
+def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
+    fleet_env, start_worker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher dies between writing the record and sending the message: the job is not
+    wedged. A resubmission sends it once the record has waited unsent for a while; before that it
+    does not (the first dispatcher may only be slow). A second message for a job already done
+    runs nothing."""
+    import workers.app
+
+    start_worker("--concurrency=1")
+    pdf = text_pdf(4)
+    crashing = fleet(fleet_env, tmp_path)
+
+    def die(*args: object, **kwargs: object) -> None:
+        raise SystemExit("the dispatcher died")
+
+    monkeypatch.setattr(workers.app, "send_extract", die)
+    with pytest.raises(SystemExit):
+        crashing.submit(pdf)
+    monkeypatch.undo()
+
+    dispatcher = fleet(fleet_env, tmp_path)
+    job = dispatcher.submit(pdf)
+    time.sleep(2)  # a live, idle worker: had anything been sent, it would have started
+    record = dispatcher.jobs().get(job.id)
+    assert record.state == JobState.QUEUED and record.attempts == 0
+    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    client.hset(dispatcher.jobs().key(job.id), "updated_at", time.time() - 60)  # a minute unsent
+    again = dispatcher.submit(pdf)
+    assert again.id == job.id and again.bundle(timeout=120).status == "ok"
+    assert fleet(fleet_env, tmp_path).submit(pdf).bundle(timeout=30).status == "ok"
+    assert dispatcher.jobs().get(job.id).attempts == 1  # sent once, run once
+
+    record = dispatcher.jobs().get(job.id)
+    workers.app.send_extract(dispatcher.app, record.request, dispatcher.manifest.capability("ocr_pdf"),
+                             client.hget(dispatcher.jobs().key(job.id), "token").decode(), 4)
+    wait_for(lambda: dispatcher.jobs().get(job.id).attempts == 2, what="the second message")
+    record = dispatcher.jobs().get(job.id)
+    assert record.state == JobState.DONE and record.completions == 1
+
+
 def test_cancelling_a_running_job_stops_it(fleet_env, start_worker, tmp_path: Path) -> None:
     start_worker("--concurrency=1", module=FAULTY)
     dispatcher = fleet(fleet_env, tmp_path)

@@ -75,6 +75,7 @@ def release_held(app: Celery, jobs: JobStore, manifest: Manifest, device: Device
         token = jobs.release(request)
         if token is not None:
             send_extract(app, request, capability, token, record.priority)
+            jobs.mark_sent(request.job_id)
             released += 1
     return released
 
@@ -198,10 +199,11 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         req = ExtractRequest.model_validate(request)
         store_ = job_store()
         attempts, before = store_.start(req.job_id, self.request.hostname or "", token)
-        if attempts < 0:
-            # A message from a submission that was cancelled and claimed again: the current
-            # submission has its own message. Ignore stores no result, so it cannot wake (or
-            # mislead) the current submission's waiters.
+        if attempts < 0 or before == JobState.DONE:
+            # A message from a submission that was cancelled and claimed again (the current
+            # submission has its own message), or a second message for a job already done (sent
+            # again for a job thought unsent): nothing to run. Ignore stores no result, so it
+            # cannot wake (or mislead) the current submission's waiters.
             raise Ignore()
         unit = PROGRESS_UNITS.get(req.artifact.modality.value, "items")
         last = [0.0]
