@@ -22,6 +22,7 @@ from scenedetect.scene_manager import compute_downscale_factor
 from contract.errors import InputRejected
 from contract.manifest import Limits
 from tests.test_video_clips import write_clip
+from workers.video import decode
 from workers.video.decode import FrameReader
 from workers.video.probe import open_video
 from workers.video.shots import AnalysisFrames, resize_rows
@@ -130,16 +131,26 @@ def _helpers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("mediafleet-video-")]
 
 
-def test_the_helper_threads_hand_over_the_same_frames_in_order(tmp_path: Path) -> None:
+@pytest.fixture(params=["prepare thread", "prepare in caller"])
+def prepare_thread(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Both ways the reader runs ``prepare`` with helpers (the thread is used from 720p up)."""
+    threaded = request.param == "prepare thread"
+    monkeypatch.setattr(decode, "_PREPARE_THREAD_PIXELS", 0 if threaded else 10**9)
+    return threaded
+
+
+def test_the_helper_threads_hand_over_the_same_frames_in_order(tmp_path: Path, prepare_thread: bool) -> None:
     clip = write_clip(tmp_path / "c.mp4", [(0, 30), (1, 30)])
     assert _read(clip.path, 2) == _read(clip.path, 1)
     with open_video(clip.path, LIMITS) as probe, FrameReader(probe, 2, LIMITS) as reader:
-        prepared = [(index, value) for index, _, _, value in reader.frames(prepare=lambda f: f.pts)]
-    assert prepared == [(index, pts) for index, pts, _ in _read(clip.path, 1)]
+        prepared = [(index, value) for index, _, _, value in
+                    reader.frames(prepare=lambda f: (f.pts, threading.current_thread().name))]
+    where = "mediafleet-video-prepare" if prepare_thread else threading.current_thread().name
+    assert prepared == [(index, (pts, where)) for index, pts, _ in _read(clip.path, 1)]
     assert not _helpers()
 
 
-def test_a_failing_prepare_step_reaches_the_caller(tmp_path: Path) -> None:
+def test_a_failing_prepare_step_reaches_the_caller(tmp_path: Path, prepare_thread: bool) -> None:
     clip = write_clip(tmp_path / "c.mp4", [(0, 30)])
 
     def prepare(frame: av.VideoFrame) -> None:
@@ -147,14 +158,17 @@ def test_a_failing_prepare_step_reaches_the_caller(tmp_path: Path) -> None:
             raise ValueError("prepare failed")
 
     for threads in (1, 2):
-        with open_video(clip.path, LIMITS) as probe, FrameReader(probe, threads, LIMITS) as reader:
-            with pytest.raises(ValueError, match="prepare failed"):
-                for _ in reader.frames(prepare=prepare):
-                    pass
+        with (
+            open_video(clip.path, LIMITS) as probe,
+            FrameReader(probe, threads, LIMITS) as reader,
+            pytest.raises(ValueError, match="prepare failed"),
+        ):
+            for _ in reader.frames(prepare=prepare):
+                pass
         assert not _helpers()
 
 
-def test_leaving_the_reader_early_stops_its_threads(tmp_path: Path) -> None:
+def test_leaving_the_reader_early_stops_its_threads(tmp_path: Path, prepare_thread: bool) -> None:
     clip = write_clip(tmp_path / "c.mp4", [(0, 60)])
     with open_video(clip.path, LIMITS) as probe, FrameReader(probe, 2, LIMITS) as reader:
         for index, _, _, _ in reader.frames(prepare=lambda f: f.pts):
