@@ -92,6 +92,19 @@ def test_row_path_with_padded_source_lines() -> None:
     assert np.array_equal(analysis.small(frame), _reference(frame, analysis.size))
 
 
+@pytest.mark.parametrize(("width", "height"), [(1921, 1080), (1920, 1081), (1919, 1079)])
+def test_odd_sizes_stay_exact(width: int, height: int) -> None:
+    """Odd heights take swscale's general scaler (chroma rows blended): the full path, then."""
+    frame = av.VideoFrame(width, height, "yuv420p")
+    rng = np.random.default_rng(width + height)
+    for plane in frame.planes:
+        pixels = np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)
+        pixels[:] = rng.integers(0, 256, pixels.shape, dtype=np.uint8)
+    analysis = AnalysisFrames(width, height)
+    assert (analysis._rows is not None) == (height % 2 == 0)
+    assert np.array_equal(analysis.small(frame), _reference(frame, analysis.size))
+
+
 def _decoded_frames_agree(path: Path, limit: int | None = None) -> int:
     checked = 0
     with av.open(str(path)) as container:

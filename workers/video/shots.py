@@ -8,7 +8,7 @@ few hundredths and change upstream's golden cuts, so they are not used.
 
 What is used instead, for 4:2:0 frames tall enough that it pays (1080p and up): linear resizing
 reads only two source rows per output row (about 290 of 1080), and swscale's YUV->BGR conversion
-of a row reads only that row and its chroma row. So those rows alone are gathered into a small
+of a row reads only that row and its chroma row (its direct converter, used for even heights). So those rows alone are gathered into a small
 4:2:2 frame (each row with its own chroma row), converted by the same swscale kernel, put back at
 their places in a full-size BGR buffer and resized from there: the same bytes as the full path,
 from about a quarter of the conversion. Rows the resize never reads hold stale pixels, which it
@@ -55,8 +55,12 @@ class AnalysisFrames:
         self._reformatter = VideoReformatter()
         self._small_reformatter = VideoReformatter()
         self._rows: _Rows | None = None
-        if self._scale:
+        if self._scale and height % 2 == 0:
+            # swscale's direct YUV->RGB converter, whose rows depend on their own pixels alone, only
+            # serves even heights; odd ones go through its general scaler, which blends chroma rows.
             rows = resize_rows(height, self.size[1])
+            if len(rows) % 2:
+                rows = np.union1d(rows, [np.setdiff1d(np.arange(height), rows)[0]])  # an even count too
             if len(rows) <= height * _ROWS_WORTH_IT:
                 self._rows = _Rows(width, height, rows)
 
