@@ -7,13 +7,13 @@ rejects, a frame it flags as corrupt, a stream that stops well short of what the
 declares, or one that runs past the duration limit fails the job rather than yield evidence with
 shifted frame numbers.
 
-With a thread budget over one, the frames flow through two helper threads: one demuxes and decodes
-(so FFmpeg's frame threads are fed while the caller works: calling into the decoder from the
-caller's own loop leaves them idle whenever the caller is busy), the next, for frames of 720p and
-up, runs the caller's ``prepare`` step on each frame right after it is decoded (while the frame is
-still in cache), and the caller gets frames and their prepared values in order. Each hand-over queue holds a few frames
-(:func:`_depth`). The reader is a context manager: leaving it stops and joins the helpers before the
-container can be closed under them.
+With a thread budget over one, the frames flow through helper threads: one demuxes and decodes (so
+FFmpeg's frame threads are fed while the caller works: calling into the decoder from the caller's
+own loop leaves them idle whenever the caller is busy) and, for frames of 720p and up, the next
+runs the caller's ``prepare`` step on each frame right after it is decoded (while the frame is
+still in cache); the caller gets frames and their prepared values in order. Each hand-over queue
+holds a few frames (:func:`_depth`). The reader is a context manager: leaving it stops and joins the
+helpers before the container can be closed under them.
 """
 
 from __future__ import annotations
