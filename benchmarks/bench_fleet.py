@@ -128,7 +128,7 @@ def speech_fan_out(repeat: int = 5) -> dict[str, float]:
     two = [(["--concurrency=1", "--queues=mf.extract_keyframes.cpu"], {"MEDIAFLEET_THREADS": "1"}),
            (["--concurrency=1", "--queues=mf.transcribe_segments.cpu"], {"MEDIAFLEET_THREADS": "1"})]
     with tempfile.TemporaryDirectory(prefix="mf-bench-") as tmp, fleet(specs=one) as env1, fleet(specs=two) as env2:
-        ways = {"in_process_s": Dispatcher(Settings(blob_root=Path(tmp), threads=2)),
+        ways = {"in_process_s": Dispatcher(Settings(blob_root=Path(tmp), threads=2, broker_url=None)),
                 "one_worker_s": dispatcher(env1), "two_workers_s": dispatcher(env2)}
         for d in ways.values():
             d.submit(video, options={"duplicate_distance": 16}).bundle(timeout=600)  # warm: models loaded
