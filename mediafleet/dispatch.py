@@ -23,7 +23,7 @@ from contract.bundle import BundleArtifact, EvidenceBundle
 from contract.common import sha256_digest
 from contract.errors import CapabilityRefused, ErrorCode, InputRejected, MediafleetError, PublicError, TimedOut
 from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
-from contract.manifest import Capability, DeviceClass, Manifest
+from contract.manifest import Capability, DeviceClass, Manifest, Modality
 from mediafleet.blobstore import BlobStore, open_store
 from mediafleet.jobstore import JobRecord, JobStore
 from mediafleet.presence import live_workers
@@ -298,13 +298,16 @@ class Dispatcher:
             except MediafleetError as exc:
                 digest = _digest_of(opened)
                 return self._refused(digest, size, sniffed, action, exc.public())
+            audio = self._audio_track(opened, capability)
+            opened.seek(0)
             digest, stored_size, _ = self.store.put_stream(opened)
         finally:
             opened.close()
         if stored_size != size:
             return self._refused(digest, stored_size, sniffed, action,
                                  InputRejected("the artifact changed while it was read").public())
-        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress)  # type: ignore[arg-type]
+        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress,  # type: ignore[arg-type]
+                           audio)
 
     def submit_stored(
         self,
@@ -328,22 +331,31 @@ class Dispatcher:
         if not _DIGEST.fullmatch(digest):
             raise CapabilityRefused("the blob reference is not a sha256 digest", code=ErrorCode.INVALID_REQUEST)
         options = dict(options or {})
+        size, sniffed = 0, None
         try:
             with self.store.verified_path(digest) as path:
                 size = path.stat().st_size
                 with open(path, "rb") as fh:
-                    head = fh.read(_HEAD)
-        except MediafleetError as exc:
-            return self._refused(digest, 0, None, action, exc.public())
-        sniffed = sniff(head)
-        try:
-            capability = self._check(sniffed, size, action, media_type, options)
+                    sniffed = sniff(fh.read(_HEAD))
+                capability = self._check(sniffed, size, action, media_type, options)
+                audio = self._audio_track(path, capability)
         except MediafleetError as exc:
             return self._refused(digest, size, sniffed, action, exc.public())
-        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress)  # type: ignore[arg-type]
+        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress,  # type: ignore[arg-type]
+                           audio)
+
+    def _audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
+        """For a video bound for the fleet: whether its header shows an audio track (no speech
+        part is queued for a silent video); None otherwise, or when the header cannot be read."""
+        if self.in_process or capability.modality != Modality.VIDEO:
+            return None
+        from workers.video.probe import has_audio_track
+
+        return has_audio_track(source)
 
     def _start(self, digest: str, size: int, media_type: str, capability: Capability, options: dict[str, Any],
-               priority: int | None, keep_result_s: int | None, progress: ProgressFn | None) -> Job:
+               priority: int | None, keep_result_s: int | None, progress: ProgressFn | None,
+               has_audio: bool | None = None) -> Job:
         request = ExtractRequest(
             job_id=make_job_id(digest, capability.action, capability.extractor_version, options),
             action=capability.action,
@@ -355,7 +367,7 @@ class Dispatcher:
             outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
                                   progress=progress, clock=self._clock)
             return _DoneJob(build_bundle(outcome, capability))
-        return self._enqueue(request, capability, priority, keep_result_s)
+        return self._enqueue(request, capability, priority, keep_result_s, has_audio)
 
     def _device_for(self, capability: Capability) -> DeviceClass:
         """This process's device class when the capability allows it, else its preferred one."""
@@ -386,13 +398,13 @@ class Dispatcher:
         return _DoneJob(refused_bundle(job, action, artifact, error, self._clock()))
 
     def _enqueue(self, request: ExtractRequest, capability: Capability, priority: int | None,
-                 keep_result_s: int | None) -> Job:
+                 keep_result_s: int | None, has_audio: bool | None = None) -> Job:
         level = _DEFAULT_PRIORITY if priority is None else priority
         if not 0 <= level <= 9:
             raise CapabilityRefused("priority must be 0 (lowest) to 9 (highest)", code=ErrorCode.INVALID_REQUEST)
         keep_s = keep_result_s or self.settings.result_ttl_s
         try:
-            part = speech_part(request, capability, self.manifest)
+            part = speech_part(request, capability, self.manifest, has_audio)
         except MediafleetError as exc:  # options that do not fit together, or speech not declared
             return self._refused(request.artifact.digest, request.artifact.bytes, request.artifact.media_type,
                                  request.action, exc.public())

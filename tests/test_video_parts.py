@@ -19,6 +19,7 @@ from contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
 from mediafleet.jobstore import JobStore
 from tests.helpers import wait_for, without_run
+from tests.test_video_clips import write_clip
 from workers.parts import join, speech_part
 from workers.video.extract import extract_keyframes
 
@@ -139,6 +140,18 @@ def test_options_that_do_not_fit_together_are_refused_before_anything_is_queued(
         assert "30" not in bundle.error.message  # the rule, not the values sent
     assert fleet(fleet_env).status()["queues"]["mf.extract_keyframes.cpu"] == 0
     assert fleet(fleet_env).jobs().held() == []
+
+
+@pytest.mark.integration
+def test_only_a_video_whose_header_shows_an_audio_track_gets_a_speech_part(fleet_env, tmp_path: Path) -> None:
+    dispatcher = fleet(fleet_env)  # no workers: every job is held, and its record shows its parts
+    silent = write_clip(tmp_path / "silent.mp4", [(0, 20), (1, 20)]).path
+    assert dispatcher.jobs().get(dispatcher.submit(silent).id).speech_job is None
+    assert dispatcher.jobs().get(dispatcher.submit(silent.read_bytes(), options={"speech": True}).id).speech_job is None
+    digest = dispatcher.store.put_bytes(VIDEO.read_bytes())
+    for job in (dispatcher.submit(VIDEO), dispatcher.submit(VIDEO.read_bytes()), dispatcher.submit_stored(digest)):
+        assert dispatcher.jobs().get(job.id).speech_job is not None
+    assert dispatcher.submit(VIDEO, options={"speech": False}).record().speech_job is None
 
 
 # --- the join, and who joins -----------------------------------------------------------------------

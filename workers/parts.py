@@ -66,12 +66,14 @@ def options_for(request: ExtractRequest, capability: Capability, manifest: Manif
     return within_manifest(options, request, capability, manifest)
 
 
-def speech_part(request: ExtractRequest, capability: Capability, manifest: Manifest) -> ExtractRequest | None:
-    """The speech job a fleet job fans out, or None (not a video, speech off or not declared).
+def speech_part(request: ExtractRequest, capability: Capability, manifest: Manifest,
+                has_audio: bool | None = None) -> ExtractRequest | None:
+    """The speech job a fleet job fans out, or None (not a video, speech off or not declared, or
+    ``has_audio`` False: the container's header shows no audio track).
 
     Its id is derived from the caller's job id, so a resubmission finds the same part.
     """
-    if not getattr(options_for(request, capability, manifest), "speech", False):
+    if not getattr(options_for(request, capability, manifest), "speech", False) or has_audio is False:
         return None
     audio = manifest.capability(SPEECH_ACTION)
     return ExtractRequest(

@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, BinaryIO, Self
 
 import av
 
 from contract.errors import ErrorCode, InputRejected, LimitExceeded
 from contract.manifest import Limits
 
-__all__ = ["Probe", "open_video"]
+__all__ = ["Probe", "has_audio_track", "open_video"]
 
 
 @dataclass
@@ -84,6 +84,16 @@ def _audio_start(container: Any) -> Fraction | None:
         return None
     stream = container.streams.best("audio") or container.streams.audio[0]
     return Fraction(stream.start_time or 0) * stream.time_base
+
+
+def has_audio_track(source: Path | BinaryIO) -> bool | None:
+    """Whether the container holds an audio stream, from its header alone (what the dispatcher asks
+    before queueing a speech part); None when the header cannot be read (the video job decides)."""
+    try:
+        with av.open(source if not isinstance(source, Path) else str(source), mode="r") as container:
+            return bool(container.streams.audio)
+    except (av.error.FFmpegError, UnicodeDecodeError, ValueError, OSError):
+        return None
 
 
 def open_video(path: Path, limits: Limits) -> Probe:
