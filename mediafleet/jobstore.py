@@ -74,16 +74,17 @@ return redis.call('HGET', KEYS[1], 'token')
 # KEYS[1] record; ARGV[1] hostname, ARGV[2] pid, ARGV[3] now, ARGV[4] the message's token. Counts
 # a delivery and marks the job started unless it was cancelled. A message whose token is not the
 # record's (left over from a submission that was cancelled and claimed again) is stale: -1.
-# Returns {attempts, state before}.
+# Returns {attempts, state before, the speech part it fanned out or ''}.
 _START = """
 local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return {0, ''} end
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[4] then return {-1, state} end
+if not state then return {0, '', ''} end
+local speech_job = redis.call('HGET', KEYS[1], 'speech_job') or ''
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[4] then return {-1, state, speech_job} end
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if state ~= 'cancelled' and state ~= 'done' and state ~= 'failed' then
   redis.call('HSET', KEYS[1], 'state', 'started', 'hostname', ARGV[1], 'pid', ARGV[2], 'updated_at', ARGV[3])
 end
-return {attempts, state}
+return {attempts, state, speech_job}
 """
 
 
@@ -263,14 +264,17 @@ class JobStore:
         token = self._resend(keys=[self.key(job_id)], args=[time.time(), after_s])
         return token.decode() if isinstance(token, bytes) else token
 
-    def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None]:
-        """Count a delivery; returns (deliveries so far, the state before this one).
+    def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None, str | None]:
+        """Count a delivery; returns (deliveries so far, the state before this one, the speech part
+        the job fanned out or None).
 
         Deliveries are -1 for a stale message (not this submission's) and 0 for an unknown job.
         """
-        attempts, before = self._start(keys=[self.key(job_id)], args=[hostname, os.getpid(), time.time(), token])
-        before = before.decode() if isinstance(before, bytes) else before
-        return int(attempts), (JobState(before) if before else None)
+        attempts, before, speech_job = (
+            v.decode() if isinstance(v, bytes) else v
+            for v in self._start(keys=[self.key(job_id)], args=[hostname, os.getpid(), time.time(), token])
+        )
+        return int(attempts), (JobState(before) if before else None), speech_job or None
 
     def progress(self, job_id: str, done: int, total: int | None, unit: str) -> JobState | None:
         """Record progress; returns the current state (so a worker sees a cancellation)."""

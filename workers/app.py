@@ -91,27 +91,27 @@ def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> None:
     jobs.finish(join(video, record.part("speech"), manifest))
 
 
-def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome) -> None:
+def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome,
+           speech_job: str | None) -> None:
     """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
 
-    A job with a speech part reports as its ``video`` part and is finished by whichever of the two
-    reports last; a failed video part finishes the job at once and cancels its speech part. A
-    speech part keeps its own record too (``mediafleet status`` shows it).
+    A job with a speech part (``speech_job``) reports as its ``video`` part and is finished by
+    whichever of the two reports last; a failed video part finishes the job at once and cancels its
+    speech part. A speech part keeps its own record too (``mediafleet status`` shows it).
     """
     if request.part_of is not None:
         jobs.finish(outcome)
         if jobs.report_part(request.part_of.job_id, "speech", outcome) == 0:
             join_parts(jobs, request.part_of.job_id, manifest)
         return
-    record = jobs.get(request.job_id)
-    if record is None or record.speech_job is None:
+    if speech_job is None:
         jobs.finish(outcome)
         return
     failed = outcome.status != "ok"
     left = jobs.report_part(request.job_id, "video", outcome, decides=failed)
     if failed:
         jobs.finish(outcome)
-        jobs.cancel(record.speech_job)
+        jobs.cancel(speech_job)
     elif left == 0:
         join_parts(jobs, request.job_id, manifest)
 
@@ -198,7 +198,7 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
     def extract(self: Task, request: dict[str, Any], token: str = "") -> dict[str, Any]:
         req = ExtractRequest.model_validate(request)
         store_ = job_store()
-        attempts, before = store_.start(req.job_id, self.request.hostname or "", token)
+        attempts, before, speech_job = store_.start(req.job_id, self.request.hostname or "", token)
         if attempts < 0 or before == JobState.DONE:
             # A message from a submission that was cancelled and claimed again (the current
             # submission has its own message), or a second message for a job already done (sent
@@ -224,11 +224,9 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
                 message=f"the job stopped its worker process {attempts - 1} times; it is not delivered again",
             ))
         else:
-            record = store_.get(req.job_id)
-            fanned_out = record is not None and record.speech_job is not None
             outcome = run_request(req, manifest=manifest, store=store, device=settings.device, progress=progress,
-                                  inline_parts=not fanned_out)
-        report(store_, manifest, req, outcome)
+                                  inline_parts=speech_job is None)
+        report(store_, manifest, req, outcome, speech_job)
         return {"job_id": outcome.job_id, "status": outcome.status,
                 "error": outcome.error.code.value if outcome.error else None}
 
