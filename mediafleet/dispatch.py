@@ -31,7 +31,7 @@ from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
 from workers.engines import EngineConfig, configure
 from workers.extractor import ProgressFn
-from workers.parts import speech_part
+from workers.parts import SPEECH_ACTION, speech_part
 from workers.runner import run_request
 
 __all__ = ["Dispatcher", "Job", "delegate_extract"]
@@ -205,7 +205,7 @@ class _FleetJob(Job):
         return record is not None and not record.final and record.pending_parts <= 0
 
     def _part_request(self, part: str) -> ExtractRequest:
-        return self._request.model_copy(update={"job_id": part, "action": "transcribe_segments"})
+        return self._request.model_copy(update={"job_id": part, "action": SPEECH_ACTION})
 
     def _lost(self, result: Any, request: ExtractRequest) -> Outcome:
         """The outcome of a task whose worker could not write one (killed, timed out, revoked);
