@@ -229,3 +229,21 @@ def s3_settings(moto_server: MotoServer, bucket: str, tmp_path: Path) -> Any:
 
     return Settings(blob_url=f"s3://{bucket}/fleet/blobs", s3_endpoint_url=moto_server.url, s3_region="us-east-1",
                     blob_root=tmp_path / "local")
+
+
+# The callers' engine: a real epistemic-graph-server process (tests/engine.py).
+
+
+@pytest.fixture(scope="session")
+def engine_socket() -> Iterator[str]:
+    """The unix socket of a real ``epistemic-graph-server`` (anonymous, durable store in a temp dir)."""
+    from tests.engine import EngineServer, EngineUnavailable
+
+    try:
+        server = EngineServer().start()
+    except EngineUnavailable as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server.socket_path
+    finally:
+        server.stop()
