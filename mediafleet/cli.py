@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("manifest", help="print the manifest in force")
     sub.add_parser("schema", help="print the contract's JSON Schemas")
+    from mediafleet.discovery.cli import add_commands as add_discovery_commands
+
+    add_discovery_commands(sub)
     return parser
 
 
@@ -125,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         return _serve_mcp(args, settings, manifest)
     if args.command == "gc":
         return _gc(args, settings, manifest)
+    from mediafleet.discovery import cli as discovery_cli
+
+    if args.command in discovery_cli.COMMANDS:
+        return discovery_cli.run(args, settings)
     return _extract(args, settings, manifest)
 
 

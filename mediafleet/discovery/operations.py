@@ -1,0 +1,167 @@
+"""The model's two operations, under the host's authority: ``discovery-search`` and ``discovery-inspect``.
+
+Order, for each call: the request is checked (exactly its two fields); the credential and the
+lease are checked and one operation is counted, durably; the host's authorization callback is
+asked before nomination; the lexical provider nominates unit ids only; each nominated unit is
+reloaded from the index and delivered only if it is still active, in the lease's scope and of the
+nominated generation, and the scope's generation is still the one the lease pinned; the units are
+packed into what is left of the budget (what does not fit is counted in ``omitted_count``); the
+callback is asked again with the ids about to be delivered; the encrypted receipt is persisted
+with the delivery; then the answer is returned. Any failure after the reservation leaves the
+operation counted and failed; nothing is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from contract.locus import is_opaque_ref
+from mediafleet.discovery.answer import answer, evidence_object
+from mediafleet.discovery.errors import DiscoveryError, Refusal
+from mediafleet.discovery.host import Binding, LeaseHost, Reservation
+from mediafleet.discovery.index import EvidenceIndex, Nomination, StoredUnit
+from mediafleet.discovery.receipt import ReceiptKey
+from mediafleet.discovery.text import query_terms
+from mediafleet.discovery.units import text_digest
+
+__all__ = ["AuthorizationRequest", "Authorizer", "DiscoveryService", "NOMINATION_LIMIT", "allow_active_bindings"]
+
+log = logging.getLogger("mediafleet.discovery")
+
+NOMINATION_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class AuthorizationRequest:
+    """What the host's callback is asked: may this binding's operation go on at this stage?"""
+
+    stage: Literal["nominate", "deliver"]
+    binding: Binding
+    lease_id: str
+    request_id: str
+    tool: str
+    unit_ids: tuple[str, ...]  # deliver: the ids about to be delivered; nominate (inspect): the id asked for
+
+
+Authorizer = Callable[[AuthorizationRequest], bool]
+
+
+def allow_active_bindings(request: AuthorizationRequest) -> bool:
+    """The CLI's callback: the lease store has already refused disabled bindings and revoked or
+    expired leases; a host embedding the service supplies its own, live policy."""
+    return not request.binding.disabled
+
+
+class DiscoveryService:
+    """The two operations over one lease store, one index and one receipt key.
+
+    Args:
+        host: the lease store.
+        index: the evidence index (SQLite or PostgreSQL).
+        key: the receipt key.
+        authorize: the host's live authorization callback; anything but ``True`` refuses.
+        nomination_limit: how many units the lexical provider nominates per search.
+    """
+
+    def __init__(self, host: LeaseHost, index: EvidenceIndex, key: ReceiptKey, authorize: Authorizer,
+                 *, nomination_limit: int = NOMINATION_LIMIT) -> None:
+        self.host, self.index, self.key, self._authorize = host, index, key, authorize
+        self.nomination_limit = nomination_limit
+
+    def search(self, credential: str, lease_id: str, query: str) -> dict[str, Any]:
+        """``discovery-search``: lexical search of the lease's scope.
+
+        Raises:
+            DiscoveryError: every refusal, public-safe.
+        """
+        terms = query_terms(query)
+        reservation = self.host.reserve(credential, lease_id, "discovery-search")
+        return self._run(reservation, credential, query_digest=text_digest(query),
+                         nominate=lambda scope: self.index.search(scope, terms, self.nomination_limit))
+
+    def inspect(self, credential: str, lease_id: str, unit_id: str) -> dict[str, Any]:
+        """``discovery-inspect``: one unit of the lease's scope, by id.
+
+        Raises:
+            DiscoveryError: every refusal, public-safe.
+        """
+        if not (isinstance(unit_id, str) and unit_id.startswith("eg:locus:") and is_opaque_ref(unit_id)):
+            raise DiscoveryError(Refusal.UNIT_NOT_FOUND)
+        reservation = self.host.reserve(credential, lease_id, "discovery-inspect")
+
+        def nominate(scope: Any) -> list[Nomination]:
+            stored = self.index.load(scope, [unit_id]).get(unit_id)
+            if stored is None or not stored.active:
+                raise DiscoveryError(Refusal.UNIT_NOT_FOUND)
+            return [Nomination(unit_id, stored.unit.derivation_ref, 0.0)]
+
+        return self._run(reservation, credential, unit_id=unit_id, nominate=nominate)
+
+    # -- the shared body ------------------------------------------------------------------------
+
+    def _ask(self, reservation: Reservation, stage: Literal["nominate", "deliver"], unit_ids: tuple[str, ...]) -> None:
+        request = AuthorizationRequest(stage, reservation.binding, reservation.lease.lease_id, reservation.request_id,
+                                       reservation.tool, unit_ids)
+        if self._authorize(request) is not True:
+            raise DiscoveryError(Refusal.NOT_AUTHORIZED)
+
+    def _same_generation(self, reservation: Reservation) -> None:
+        if self.index.scope_generation(reservation.binding.scope) != reservation.lease.generation:
+            raise DiscoveryError(Refusal.GENERATION_CHANGED)
+
+    def _run(self, reservation: Reservation, credential: str, *, nominate: Callable[[Any], list[Nomination]],
+             query_digest: str | None = None, unit_id: str | None = None) -> dict[str, Any]:
+        try:
+            return self._prepare(reservation, credential, nominate, query_digest, unit_id)
+        except DiscoveryError as exc:
+            self.host.fail(reservation, exc.code)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the boundary: a public error, the operation stays counted
+            log.warning("%s %s failed: %s", reservation.tool, reservation.request_id, type(exc).__name__)
+            self.host.fail(reservation, Refusal.INTERNAL_ERROR)
+            raise DiscoveryError(Refusal.INTERNAL_ERROR) from None
+
+    def _prepare(self, reservation: Reservation, credential: str, nominate: Callable[[Any], list[Nomination]],
+                 query_digest: str | None, unit_id: str | None) -> dict[str, Any]:
+        scope = reservation.binding.scope
+        lease = reservation.lease
+        self._ask(reservation, "nominate", (unit_id,) if unit_id else ())
+        self._same_generation(reservation)
+        nominations = nominate(scope)
+        stored = self.index.load(scope, [n.unit_id for n in nominations])
+        units: list[StoredUnit] = []
+        for nomination in nominations:
+            unit = stored.get(nomination.unit_id)
+            if unit is None or not unit.active or unit.scope != scope:
+                raise DiscoveryError(Refusal.GENERATION_CHANGED)
+            if unit.unit.derivation_ref != nomination.derivation_ref:
+                raise DiscoveryError(Refusal.GENERATION_CHANGED)
+            units.append(unit)
+        self._same_generation(reservation)
+        evidence_left = lease.budget.evidence - lease.evidence_used
+        characters_left = lease.budget.characters - lease.characters_used
+        delivered: list[StoredUnit] = []
+        for unit in units:
+            size = len(unit.unit.text)
+            if len(delivered) < evidence_left and size <= characters_left:
+                delivered.append(unit)
+                characters_left -= size
+        omitted = len(units) - len(delivered)
+        self._ask(reservation, "deliver", tuple(u.unit.unit_id for u in delivered))
+        evidence = [evidence_object(u) for u in delivered]
+        characters = sum(len(u.unit.text) for u in delivered)
+        body = {
+            "request_id": reservation.request_id, "lease_id": lease.lease_id, "binding_id": reservation.binding.binding_id,
+            "tool": reservation.tool, "generation": lease.generation, "query_sha256": query_digest,
+            "unit_id_asked": unit_id, "omitted_count": omitted, "operations_used": lease.operations_used,
+            "prepared": [{"unit_id": e["unit_id"], "text_digest": e["text_digest"],
+                          "artifact_digest": e["source_range"]["artifact_digest"],
+                          "derivation_ref": e["source_range"]["derivation_ref"],
+                          "locus_kind": e["source_range"]["locus_kind"]} for e in evidence],
+        }
+        sealed = self.key.seal(reservation.request_id, lease.lease_id, body)
+        self.host.commit(reservation, credential, sealed, len(delivered), characters)
+        return answer(reservation.request_id, lease.generation, evidence, omitted, lease.operations_used)
