@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's second command: install what the tests need, then run the whole suite.
-#   Debian: redis-server (the tests start their own on a free loopback port), ffmpeg, docker-compose.
+#   Debian: redis-server and postgresql (the tests start their own on free loopback ports), ffmpeg, docker-compose.
 #   Python: this package with every extra, into ./.venv.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -10,6 +10,8 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v ffmpeg >/dev/null || missing+=(ffmpeg)
 command -v docker-compose >/dev/null || missing+=(docker-compose)  # validates docker/compose.yaml
+# PostgreSQL for the discovery index tests (they run their own server on a free loopback port).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
