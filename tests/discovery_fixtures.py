@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,12 @@ from typing import Any
 import pytest
 
 from contract import EvidenceBundle
+from mediafleet.discovery.index import EvidenceIndex, open_index
 from tests.conftest import ROOT, free_port
 
 SCANNED_WORDS = ("Breakwater", "inspection", "found", "cracked", "armour", "units")
 
-__all__ = ["SCANNED_WORDS", "PostgresServer", "postgres_server", "sample_bundles", "scanned_page_pdf"]
+__all__ = ["SCANNED_WORDS", "PostgresServer", "index", "postgres_server", "sample_bundles", "scanned_page_pdf"]
 
 
 def _binary(name: str) -> str:
@@ -150,3 +152,16 @@ def sample_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Eviden
     for name, bundle in bundles.items():
         assert bundle.status == "ok", (name, bundle.error)
     return bundles
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EvidenceIndex]:
+    """A fresh, empty index: a SQLite file, then a new database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        url = f"sqlite:{tmp_path / 'index.db'}"
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        url = server.database("t" + uuid.uuid4().hex[:12])
+    opened = open_index(url)
+    yield opened
+    opened.close()

@@ -8,31 +8,17 @@ against both backends with the same assertions.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from contract import EvidenceBundle
-from mediafleet.discovery.index import EvidenceIndex, open_index, parse_index_url
+from mediafleet.discovery.index import EvidenceIndex, parse_index_url
 from mediafleet.discovery.text import MAX_QUERY_CHARS, fold, query_terms
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
 from mediafleet.discovery.errors import DiscoveryError
-from tests.discovery_fixtures import PostgresServer, postgres_server, sample_bundles  # noqa: F401
+from tests.discovery_fixtures import index, postgres_server, sample_bundles  # noqa: F401
 
 HARBOUR = Scope("harbour")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EvidenceIndex]:
-    if request.param == "sqlite":
-        url = f"sqlite:{tmp_path / 'index.db'}"
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        url = server.database("t" + uuid.uuid4().hex[:12])
-    opened = open_index(url)
-    yield opened
-    opened.close()
 
 
 def unit(text: str, n: int = 0, *, digest: str = "sha256:" + "ab" * 32, derivation: str = "eg:derivation:" + "1" * 32,
