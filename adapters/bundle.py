@@ -14,13 +14,13 @@ from adapters.ids import canonical, locus_ref, ref, token
 from adapters.loci import LocusDraft, to_loci
 from adapters.prov import ProvFacts, prov_jsonld
 from adapters.verify import loci_valid
-from contract.bundle import BundleArtifact, Edge, EvidenceBundle, Node
+from contract.bundle import BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
 from contract.errors import MediafleetError, PublicError
 from contract.jobs import Outcome
 from contract.locus import EvidenceLocus, LocusSubject
 from contract.manifest import Capability
 
-__all__ = ["build_bundle", "refused_bundle"]
+__all__ = ["build_bundle", "refused_bundle", "with_claims"]
 
 
 def _artifact_nodes(artifact: BundleArtifact) -> tuple[list[Node], list[Edge], str, str]:
@@ -196,3 +196,59 @@ def build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
     )
     return EvidenceBundle(job_id=outcome.job_id, action=outcome.action, artifact=artifact, status=status,
                           error=error, nodes=nodes, edges=edges, prov=prov)
+
+
+def with_claims(bundle: EvidenceBundle, claims: CallerClaims | None) -> EvidenceBundle:
+    """The bundle as one caller gets it: its claims recorded on the artifact, the activity and the
+    PROV artifact entity, and the claim's checks saying exactly which comparison its digest got.
+
+    A digest that was compared adds the check ``caller_digest_matches`` (true: a mismatch is
+    refused before any work); one that could not be compared is listed in the claim's
+    ``not_compared``, so ``is_verified`` never covers it. Nothing else changes: the loci, their
+    ids and the job are the same for every caller of the same bytes.
+    """
+    if claims is None:
+        return bundle
+    artifact = bundle.artifact.model_copy(update={"claimed": claims})
+    nodes = []
+    for node in bundle.nodes:
+        props = node.properties
+        if node.node_type == "Claim":
+            checks = dict(props.get("checks", {}))
+            not_compared = [n for n in props.get("not_compared", []) if n != "caller_digest"]
+            if claims.digest_check in ("sha256_of_bytes", "engine_blob_manifest"):
+                checks["caller_digest_matches"] = True
+            elif claims.digest_check == "not_compared":
+                not_compared.append("caller_digest")
+            props = {**props, "checks": checks, "is_verified": all(checks.values()),
+                     **({"not_compared": not_compared} if not_compared else {})}
+        elif node.node_type == "ProvenanceActivity":
+            props = {**props, **_claim_facts(claims)}
+        nodes.append(node.model_copy(update={"properties": props}))
+    prov = dict(bundle.prov)
+    artifact_iri = _iri_of(bundle)
+    prov["@graph"] = [
+        {**entry, **{f"mf:{k}": v for k, v in _claim_facts(claims).items()}} if entry.get("@id") == artifact_iri
+        else entry
+        for entry in bundle.prov.get("@graph", [])
+    ]
+    return bundle.model_copy(update={"artifact": artifact, "nodes": nodes, "prov": prov})
+
+
+def _claim_facts(claims: CallerClaims) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    if claims.digest is not None:
+        facts |= {"callerDigest": claims.digest, "callerDigestForm": claims.digest_form,
+                  "callerDigestCheck": claims.digest_check}
+    if claims.media_type is not None:
+        facts |= {"claimedMediaType": claims.media_type, "mediaTypeAgrees": claims.media_type_agrees}
+    return facts
+
+
+def _iri_of(bundle: EvidenceBundle) -> str:
+    """The PROV IRI of the bundle's artifact entity (the blob, as :func:`prov_jsonld` names it)."""
+    blob_id = f"blob:{bundle.artifact.digest.removeprefix('sha256:')}"
+    for entry in bundle.prov.get("@graph", []):
+        if entry.get("@type") == "prov:Entity" and "mf:digest" in entry:
+            return str(entry["@id"])
+    return blob_id

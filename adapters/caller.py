@@ -170,17 +170,21 @@ def caller_response(bundle: EvidenceBundle, inline: Mapping[str, str] | None = N
 
 
 def failure_response(error: PublicError, bundle: EvidenceBundle | None = None) -> dict[str, Any]:
-    """The callers' response for a refused or failed call.
+    """The callers' response for a refused or failed call: their own failure channel.
 
-    ``error`` is the public-safe message (what callers read), with its stable ``error_code`` and
-    ``retryable`` beside it; ``available`` is false when the sidecar cannot do this here at all
-    (the capability is not declared by the manifest in force, or its engine is missing). The
-    failed bundle (a ``failed`` activity, no claim) is carried when the artifact got that far.
+    ``available`` is always false, so a caller never takes a failure for an empty extraction
+    (theirs reads ``available: false`` and keeps ``error``, which therefore starts with the stable
+    code: ``"digest_mismatch: the artifact's bytes ..."``). ``error_code``, ``message`` and
+    ``retryable`` are beside it, and ``unsupported`` says whether the sidecar cannot do this here
+    at all (the capability is not declared by the manifest in force, or its engine is missing).
+    The failed bundle (a ``failed`` activity, no claim) is carried when the artifact got that far.
     """
     return {
-        "available": error.code not in _UNAVAILABLE,
-        "error": error.message,
+        "available": False,
+        "error": f"{error.code.value}: {error.message}",
         "error_code": error.code.value,
+        "message": error.message,
         "retryable": error.retryable,
+        "unsupported": error.code in _UNAVAILABLE,
         "bundle": bundle.model_dump(mode="json") if bundle is not None else None,
     }

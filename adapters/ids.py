@@ -33,9 +33,18 @@ def ref(namespace: str, *parts: str) -> str:
     return opaque_ref(namespace, token(namespace, *parts))
 
 
-def job_id(digest: str, action: str, extractor_version: str, options: Mapping[str, Any]) -> str:
-    """The job for this artifact, capability, extractor version and options."""
-    return "mf-" + token("job", digest, action, extractor_version, canonical(dict(options)))
+def job_id(digest: str, action: str, extractor_version: str, options: Mapping[str, Any],
+           numerics: Mapping[str, Any] | None = None) -> str:
+    """The job for this artifact, capability, extractor version and options.
+
+    ``numerics``: the settings that change an engine's numbers for this capability (its thread
+    count): part of the request, so one job id never names two different results. Empty for a
+    capability whose results do not depend on them (the id is then what it always was).
+    """
+    parts = [digest, action, extractor_version, canonical(dict(options))]
+    if numerics:
+        parts.append(canonical(dict(numerics)))
+    return "mf-" + token("job", *parts)
 
 
 def locus_ref(derivation: str, index: int) -> str:

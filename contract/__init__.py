@@ -15,7 +15,7 @@ from contract.addresses import (
     parse_address,
 )
 from contract.audio import AudioOptions, AudioResult, AudioSegment, AudioSource, AudioWord
-from contract.bundle import BUNDLE_FORMAT, BundleArtifact, Edge, EvidenceBundle, Node
+from contract.bundle import BUNDLE_FORMAT, BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
 from contract.common import Digest, ModelRef, Producer, TextBox, sha256_digest
 from contract.errors import (
     Cancelled,
@@ -63,6 +63,7 @@ __all__ = [
     "AudioSource",
     "AudioWord",
     "BundleArtifact",
+    "CallerClaims",
     "Cancelled",
     "Capability",
     "CapabilityRefused",

@@ -61,6 +61,9 @@ class ExtractRequest(Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     device: DeviceClass = DeviceClass.CPU
     part_of: PartOf | None = None
+    threads: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="engine threads the job runs with (they change Whisper's and OCR's numbers, so the job "
+        "id names them); None: the worker's own setting")
 
 
 class Progress(Strict):

@@ -229,6 +229,16 @@ class Manifest(_Strict):
             raise CapabilityRefused(f"{media_type} is accepted by several actions; name one", code=ErrorCode.INVALID_REQUEST)
         return matches[0]
 
+    def modality_of(self, media_type: str) -> Modality | None:
+        """The modality of a media type: a declared capability's, else its top-level type's
+        (``image/*``, ``audio/*``, ``video/*``, ``application/pdf``); None for any other type."""
+        for capability in self.capabilities.values():
+            if media_type in capability.media_types:
+                return capability.modality
+        top = media_type.partition("/")[0]
+        fallback = {"image": Modality.IMAGE, "audio": Modality.AUDIO, "video": Modality.VIDEO}
+        return Modality.PDF if media_type == "application/pdf" else fallback.get(top)
+
     def max_hard_time_limit_s(self) -> float:
         return max((c.time_limits.hard_s for c in self.capabilities.values()), default=0.0)
 

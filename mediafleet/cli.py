@@ -76,7 +76,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="allow a non-loopback --host (the server has no authentication of its own)")
     mc.add_argument("--max-inline-bytes", type=int,
                     help="the most bytes one call carries inline, artifact in and images out (default 64 MiB)")
-    mc.add_argument("--wait", type=float, help="seconds a call waits for its job (default: its hard time limit + 60)")
+    mc.add_argument("--wait", type=float,
+                    help="seconds a call waits for its job before answering 'still running, call again' (default 50, "
+                         "under the callers' 60 s; the job goes on and a retried call gets its result)")
+    mc.add_argument("--is-error", action="store_true",
+                    help="also set isError on failures (the callers' client raises on it and loses the error: "
+                         "leave off for them)")
     mc.add_argument("--broker", help="serve from the fleet at this broker URL (default: the settings')")
 
     gc = sub.add_parser("gc", help="delete blobs and results past the retention rule (README: Blob store)")
@@ -282,8 +287,9 @@ def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         print("mediafleet worker: set MEDIAFLEET_BROKER_URL (a worker needs a broker)", file=sys.stderr)
         return EXIT_USAGE
     # Engines read these at import; cap them to this process's share before anything loads them.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_THREAD_LIMIT"):
-        os.environ.setdefault(var, str(settings.threads))
+    from workers.engines import cap_threads
+
+    cap_threads(settings.threads)
     from contract.errors import Unavailable
     from workers.app import create_app
     from workers.extractor import check_devices
@@ -333,17 +339,19 @@ def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     if args.max_inline_bytes is not None and args.max_inline_bytes <= 0:
         print("mediafleet serve-mcp: --max-inline-bytes must be > 0", file=sys.stderr)
         return EXIT_USAGE
-    # In-process jobs run in this process: cap the engines' threads before anything loads them.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_THREAD_LIMIT"):
-        os.environ.setdefault(var, str(settings.threads))
+    # In-process jobs run in this process (HTTP) or its children (stdio): cap threads before any engine loads.
+    from workers.engines import cap_threads
+
+    cap_threads(settings.threads)
     # stdout is the MCP wire under stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from mediafleet.dispatch import Dispatcher
     from mediafleet.mcp_server import DEFAULT_MAX_INLINE_BYTES, SidecarTools, serve
 
     tools = SidecarTools(Dispatcher(settings, manifest=manifest),
-                         max_inline_bytes=args.max_inline_bytes or DEFAULT_MAX_INLINE_BYTES, wait_s=args.wait)
-    serve(tools, http=args.http, host=args.host, port=args.port)
+                         max_inline_bytes=args.max_inline_bytes or DEFAULT_MAX_INLINE_BYTES, wait_s=args.wait,
+                         detached=not args.http)
+    serve(tools, http=args.http, host=args.host, port=args.port, errors_as_is_error=args.is_error)
     return EXIT_OK
 
 

@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from adapters.bundle import build_bundle, refused_bundle
+from adapters.bundle import build_bundle, refused_bundle, with_claims
 from adapters.ids import job_id as make_job_id
 from adapters.ids import token
-from contract.bundle import BundleArtifact, EvidenceBundle
+from contract.bundle import BundleArtifact, CallerClaims, EvidenceBundle
 from contract.common import sha256_digest
 from contract.errors import CapabilityRefused, ErrorCode, InputRejected, MediafleetError, PublicError, TimedOut
 from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
@@ -29,7 +29,7 @@ from mediafleet.jobstore import JobRecord, JobStore
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
-from workers.engines import EngineConfig, configure
+from workers.engines import EngineConfig, cap_threads, configure, numerics
 from workers.extractor import ProgressFn
 from workers.parts import SPEECH_ACTION, speech_part
 from workers.runner import run_request
@@ -84,6 +84,29 @@ class _DoneJob(Job):
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
         return self._bundle
+
+
+class _ClaimedJob(Job):
+    """One caller's view of a job: the same evidence, with that caller's claims recorded on it."""
+
+    def __init__(self, job: Job, claims: CallerClaims) -> None:
+        super().__init__(job.id, job.action)
+        self.inner = job
+        self.claims = claims
+
+    def state(self) -> JobState:
+        return self.inner.state()
+
+    def progress(self) -> Progress | None:
+        return self.inner.progress()
+
+    def bundle(
+        self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
+    ) -> EvidenceBundle:
+        return with_claims(self.inner.bundle(timeout=timeout, on_progress=on_progress), self.claims)
+
+    def __getattr__(self, name: str) -> Any:  # cancel(), record() of a fleet job
+        return getattr(self.inner, name)
 
 
 class _FleetJob(Job):
@@ -251,6 +274,7 @@ class Dispatcher:
         self._app: Any = None
         self._jobs: JobStore | None = None
         if self.in_process:
+            cap_threads(settings.threads)  # as a worker does: same job id, same numerics
             configure(EngineConfig(device=DeviceClass.CPU, threads=settings.threads,
                                    whisper_model_dir=settings.whisper_model_dir))
 
@@ -276,38 +300,45 @@ class Dispatcher:
         priority: int | None = None,
         keep_result_s: int | None = None,
         progress: ProgressFn | None = None,
+        claims: CallerClaims | None = None,
     ) -> Job:
         """Check, store and run (or enqueue) one artifact.
 
         Args:
             artifact: the bytes, a path to them, or a binary stream.
             action: the callers' action (``ocr_pdf``...); inferred from the media type when None.
-            media_type: the type the caller claims; refused when the bytes say otherwise.
+            media_type: the type the caller claims: a hint. Bytes of another type of the same
+                modality run as what they are, and the bundle records the claim and the
+                disagreement; a claim of another modality, or of a type no capability knows, is
+                refused (``media_type_mismatch``).
             options: capability options; anything the manifest does not declare is refused.
             priority: 0 (lowest) to 9 (highest) on the fleet; default 4.
             keep_result_s: the caller's pickup window; the outcome is kept at least this long
                 (and at least the settings' ``result_ttl_s``).
             progress: in-process only: called with (done, total) as the job advances.
+            claims: what the caller's boundary already checked (its digest); recorded on this
+                call's bundle with the media-type claim.
         """
         options = dict(options or {})
         head, size, opened = _peek(artifact)
         try:
             sniffed = sniff(head)
+            claims = self._claims(claims, media_type, sniffed)
             try:
                 capability = self._check(sniffed, size, action, media_type, options)
             except MediafleetError as exc:
                 digest = _digest_of(opened)
-                return self._refused(digest, size, sniffed, action, exc.public())
+                return _claimed(self._refused(digest, size, sniffed, action, exc.public()), claims)
             audio = self._audio_track(opened, capability)
             opened.seek(0)
             digest, stored_size, _ = self.store.put_stream(opened)
         finally:
             opened.close()
         if stored_size != size:
-            return self._refused(digest, stored_size, sniffed, action,
-                                 InputRejected("the artifact changed while it was read").public())
-        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress,  # type: ignore[arg-type]
-                           audio)
+            return _claimed(self._refused(digest, stored_size, sniffed, action,
+                                          InputRejected("the artifact changed while it was read").public()), claims)
+        return _claimed(self._start(digest, size, sniffed, capability, options, priority,  # type: ignore[arg-type]
+                                    keep_result_s, progress, audio), claims)
 
     def submit_stored(
         self,
@@ -319,6 +350,7 @@ class Dispatcher:
         priority: int | None = None,
         keep_result_s: int | None = None,
         progress: ProgressFn | None = None,
+        claims: CallerClaims | None = None,
     ) -> Job:
         """Like :meth:`submit`, for an artifact the blob store already holds (too big to pass inline).
 
@@ -337,12 +369,14 @@ class Dispatcher:
                 size = path.stat().st_size
                 with open(path, "rb") as fh:
                     sniffed = sniff(fh.read(_HEAD))
+                claims = self._claims(claims, media_type, sniffed)
                 capability = self._check(sniffed, size, action, media_type, options)
                 audio = self._audio_track(path, capability)
         except MediafleetError as exc:
-            return self._refused(digest, size, sniffed, action, exc.public())
-        return self._start(digest, size, sniffed, capability, options, priority, keep_result_s, progress,  # type: ignore[arg-type]
-                           audio)
+            return _claimed(self._refused(digest, size, sniffed, action, exc.public()),
+                            self._claims(claims, media_type, sniffed))
+        return _claimed(self._start(digest, size, sniffed, capability, options, priority,  # type: ignore[arg-type]
+                                    keep_result_s, progress, audio), claims)
 
     def _audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
         """For a video bound for the fleet: whether its header shows an audio track (no speech
@@ -357,11 +391,12 @@ class Dispatcher:
                priority: int | None, keep_result_s: int | None, progress: ProgressFn | None,
                has_audio: bool | None = None) -> Job:
         request = ExtractRequest(
-            job_id=make_job_id(digest, capability.action, capability.extractor_version, options),
+            job_id=self.job_id_for(digest, capability, options),
             action=capability.action,
             artifact=ArtifactRef(digest=digest, media_type=media_type, bytes=size, modality=capability.modality),
             options=options,
             device=self._device_for(capability),
+            threads=self.settings.threads,
         )
         if self.in_process:
             outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
@@ -381,12 +416,47 @@ class Dispatcher:
             raise InputRejected("the artifact is empty", code=ErrorCode.EMPTY_INPUT, phase=None)
         if sniffed is None:
             raise CapabilityRefused("the artifact's type is not recognised", code=ErrorCode.UNSUPPORTED_MEDIA_TYPE)
-        if claimed is not None and claimed.split(";")[0].strip().lower() != sniffed:
-            raise CapabilityRefused(f"the artifact is {sniffed}, not {claimed}", code=ErrorCode.MEDIA_TYPE_MISMATCH)
+        claimed_type = _base_type(claimed)
+        if claimed_type is not None and claimed_type != sniffed:
+            # A hint within one modality (the callers send image/jpeg for every image); never across.
+            known = self.manifest.modality_of(claimed_type)
+            if known is None or known != self.manifest.modality_of(sniffed):
+                raise CapabilityRefused(f"the artifact is {sniffed}, not {_shown_type(claimed_type)}",
+                                        code=ErrorCode.MEDIA_TYPE_MISMATCH)
         capability = self.manifest.for_media_type(sniffed, action)
         capability.check_size(size)
         capability.check_options(options)
         return capability
+
+    def precheck(self, head: bytes, size: int, digest: str, *, action: str | None, media_type: str | None,
+                 options: Mapping[str, Any], claims: CallerClaims | None = None) -> EvidenceBundle | None:
+        """The refused bundle :meth:`submit` would give for these bytes (their first 4 KiB) before
+        any work, or None when they pass: for a caller that runs the job itself."""
+        sniffed = sniff(head)
+        try:
+            self._check(sniffed, size, action, media_type, dict(options))
+        except MediafleetError as exc:
+            return _claimed(self._refused(digest, size, sniffed, action, exc.public()),
+                            self._claims(claims, media_type, sniffed)).bundle()
+        return None
+
+    def job_id_for(self, digest: str, capability: Capability, options: Mapping[str, Any]) -> str:
+        """The job id :meth:`submit` gives this artifact, capability and options."""
+        return make_job_id(digest, capability.action, capability.extractor_version, dict(options),
+                           numerics(capability.action, options, self.settings.threads))
+
+    def claims_for(self, claims: CallerClaims | None, claimed: str | None, sniffed: str | None) -> CallerClaims | None:
+        """This call's claims: the caller's digest facts, and its media type against the bytes'."""
+        return self._claims(claims, claimed, sniffed)
+
+    @staticmethod
+    def _claims(claims: CallerClaims | None, claimed: str | None, sniffed: str | None) -> CallerClaims | None:
+        """The caller's claims for this call: its digest facts, and its media type against the bytes'."""
+        claimed_type = _base_type(claimed)
+        if claimed_type is None:
+            return claims
+        facts = {"media_type": claimed_type, "media_type_agrees": claimed_type == sniffed}
+        return (claims or CallerClaims()).model_copy(update=facts)
 
     def _refused(self, digest: str, size: int, media_type: str | None, action: str | None,
                  error: PublicError) -> Job:
@@ -501,6 +571,24 @@ class Dispatcher:
         for worker in live_workers(client):
             workers.setdefault(worker.device, []).append(worker.hostname)
         return {"queues": queues, "workers": workers}
+
+
+def _base_type(media_type: str | None) -> str | None:
+    """``type/subtype`` of a media type, lowercase, without parameters; None when absent."""
+    if media_type is None:
+        return None
+    return media_type.split(";")[0].strip().lower() or None
+
+
+_PLAIN_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^._+-]{0,63}/[a-z0-9][a-z0-9!#$&^._+-]{0,63}")
+
+
+def _shown_type(media_type: str) -> str:
+    return media_type if _PLAIN_TYPE.fullmatch(media_type) else "the type claimed"
+
+
+def _claimed(job: Job, claims: CallerClaims | None) -> Job:
+    return job if claims is None else _ClaimedJob(job, claims)
 
 
 def _peek(artifact: Artifact) -> tuple[bytes, int, BinaryIO]:

@@ -44,23 +44,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.bundle import with_claims
 from adapters.caller import caller_response, failure_response, inline_wanted
-from contract.bundle import EvidenceBundle
+from contract.bundle import CallerClaims, EvidenceBundle
 from contract.errors import (
     CapabilityRefused,
     ErrorCode,
-    IntegrityError,
     LimitExceeded,
     MediafleetError,
-    Phase,
     PublicError,
     TimedOut,
     to_public,
 )
 from contract.manifest import Capability
+from mediafleet import caller_digest
 from mediafleet.dispatch import Dispatcher, Job
+from mediafleet.localjobs import LocalJobs, run_folder, submit_request
+from mediafleet.sniff import sniff
 
-__all__ = ["DEFAULT_MAX_INLINE_BYTES", "TOOLS", "SidecarTools", "build_server", "serve"]
+__all__ = ["DEFAULT_MAX_INLINE_BYTES", "DEFAULT_WAIT_S", "TOOLS", "SidecarTools", "build_server", "serve"]
 
 log = logging.getLogger("mediafleet.mcp")
 
@@ -73,15 +75,16 @@ TOOLS: dict[str, str] = {
 }
 
 DEFAULT_MAX_INLINE_BYTES = 64 * 1024 * 1024
+# The callers give up after 60 s unless their mcp_config.json sets "timeout": answer "still running,
+# call again" before that, rather than be cut off (the job goes on either way).
+DEFAULT_WAIT_S = 50.0
 _ARTIFACT_PARAMS = frozenset({"digest", "media_type", "artifact_b64", "blob_ref"})
 _ARGUMENTS = frozenset({"action", "params_json"})
-_HEX = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
 _BLOB_REF = re.compile(r"(?:blob:|sha256:)([0-9a-f]{64})")
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]{0,126}/[A-Za-z0-9][\w!#$&^.+-]{0,126}(?:\s*;[ -~]{0,128})?",
                          re.ASCII)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _PNG = b"\x89PNG\r\n\x1a\n"
-_WAIT_MARGIN_S = 60.0
 
 
 def _refuse(message: str) -> CapabilityRefused:
@@ -104,10 +107,11 @@ class _Failed(Exception):
 
 @dataclass(frozen=True)
 class _Request:
-    digest: str
+    digest: str  # sha256:<hex> of the bytes
     media_type: str
     data: bytes | None  # None: the artifact is the stored blob named by digest
     options: dict[str, Any]
+    claims: CallerClaims
 
 
 def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -147,18 +151,31 @@ class SidecarTools:
         dispatcher: built once from the settings (in-process without a broker, the fleet with one).
         max_inline_bytes: the most bytes one call carries inline, either way: the decoded
             artifact in ``artifact_b64``, and the images inlined in the response.
-        wait_s: how long a call waits for its job; default the capability's hard time limit plus a
-            minute. A call that waits longer answers ``timeout`` (retryable: calling again with
-            the same artifact attaches to the same job).
+        wait_s: how long a call waits for its job (default 50 s, under the callers' 60 s). A call
+            that waits longer answers ``timeout`` with ``retryable: true`` and the job goes on:
+            calling again with the same artifact and options attaches to it, or gets its result.
+        detached: without a broker, run each job in its own process (a stdio server, which the
+            caller kills after each call); False: in a thread of this process (an HTTP server).
+        jobs_root: where in-process job folders live (default: beside the blob store).
     """
 
     def __init__(self, dispatcher: Dispatcher, *, max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
-                 wait_s: float | None = None) -> None:
+                 wait_s: float | None = None, detached: bool = True, jobs_root: Any = None) -> None:
         if max_inline_bytes <= 0:
             raise ValueError("max_inline_bytes must be > 0")
         self.dispatcher = dispatcher
         self.max_inline_bytes = max_inline_bytes
-        self.wait_s = wait_s
+        self.wait_s = DEFAULT_WAIT_S if wait_s is None else wait_s
+        self._owners = dispatcher.settings.engine_owner_scopes()
+        self._local: LocalJobs | None = None
+        if dispatcher.in_process:
+            from pathlib import Path
+
+            root = Path(jobs_root) if jobs_root is not None else dispatcher.settings.blob_root.parent / "jobs"
+            self._local = LocalJobs(
+                root, detached=detached, ttl_s=dispatcher.settings.result_ttl_s,
+                runner=None if detached else (lambda folder: run_folder(
+                    folder, lambda request: submit_request(dispatcher, request))))
 
     # -- what the tools say about themselves ------------------------------------------------
 
@@ -243,11 +260,6 @@ class SidecarTools:
         unknown = set(params) - _ARTIFACT_PARAMS - set(capability.options)
         if unknown:
             raise _refuse(f"unknown params for {capability.action}: {', '.join(sorted(_shown(k) for k in unknown))}")
-        digest_text = params.get("digest")
-        match = _HEX.fullmatch(digest_text) if isinstance(digest_text, str) else None
-        if match is None:
-            raise _refuse("digest must be a sha256 digest: 'sha256:' and 64 hex characters, or the bare hex")
-        digest = "sha256:" + match.group(1).lower()
         media_type = params.get("media_type")
         if not isinstance(media_type, str) or not _MEDIA_TYPE.fullmatch(media_type):
             raise _refuse("media_type must be a media type such as application/pdf")
@@ -259,9 +271,15 @@ class SidecarTools:
             ref_match = _BLOB_REF.fullmatch(ref) if isinstance(ref, str) else None
             if ref_match is None:
                 raise _refuse("blob_ref must be 'blob:' and 64 lowercase hex characters")
-            if "sha256:" + ref_match.group(1) != digest:
+            digest = "sha256:" + ref_match.group(1)
+            given = params.get("digest")
+            if not isinstance(given, str) or given.lower().removeprefix("sha256:") != ref_match.group(1):
                 raise _refuse("blob_ref and digest name different artifacts")
-            return _Request(digest, media_type, None, options)
+            claims = CallerClaims(digest=given.lower(), digest_form="sha256", digest_check="sha256_of_bytes")
+            return _Request(digest, media_type, None, options, claims)
+        if not isinstance(params.get("digest"), str):
+            raise _refuse("digest must be 64 hex characters: the engine blob digest, or 'sha256:' and the SHA-256 "
+                          "of the bytes")
         encoded = params["artifact_b64"]
         if not isinstance(encoded, str):
             raise _refuse("artifact_b64 must be a string")
@@ -274,25 +292,54 @@ class SidecarTools:
             data = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise _refuse("artifact_b64 is not valid base64 (standard alphabet, padded)") from None
-        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-            raise IntegrityError("the artifact's bytes do not match the digest given", phase=Phase.REQUEST)
-        return _Request(digest, media_type, data, options)
+        sha256_hex = hashlib.sha256(data).hexdigest()
+        claims = caller_digest.check(params.get("digest"), data, sha256_hex, self._owners)
+        return _Request("sha256:" + sha256_hex, media_type, data, options, claims)
 
     def _run(self, request: _Request, capability: Capability) -> EvidenceBundle:
         kwargs: dict[str, Any] = {"action": capability.action, "media_type": request.media_type,
-                                  "options": request.options}
+                                  "options": request.options, "claims": request.claims}
+        if self._local is not None:
+            return self._run_local(request, capability)
         job: Job
         if request.data is None:
             job = self.dispatcher.submit_stored(request.digest, **kwargs)
         else:
             job = self.dispatcher.submit(request.data, **kwargs)
-        wait = self.wait_s if self.wait_s is not None else capability.time_limits.hard_s + _WAIT_MARGIN_S
         try:
-            return job.bundle(timeout=wait)
+            return job.bundle(timeout=self.wait_s)
         except TimedOut:
-            raise _Failed(PublicError(code=ErrorCode.TIMEOUT, retryable=True,
-                                      message="the job did not finish while this call waited; calling again "
-                                              "with the same artifact attaches to the same job"), None) from None
+            raise _Failed(_still_running(job.id), None) from None
+
+    def _run_local(self, request: _Request, capability: Capability) -> EvidenceBundle:
+        """In-process: the job runs in its own job folder, so it outlives this call (see
+        :mod:`mediafleet.localjobs`); the dispatcher's checks run first, here, so a refusal costs
+        no job."""
+        assert self._local is not None
+        store = self.dispatcher.store
+        if request.data is not None:
+            digest, size, _ = store.put_stream(io.BytesIO(request.data))
+            head = request.data[:4096]
+        else:
+            digest = request.digest
+            try:
+                with store.verified_path(digest) as path, open(path, "rb") as fh:
+                    size, head = path.stat().st_size, fh.read(4096)
+            except MediafleetError:  # not held, or damaged: the dispatcher's own refusal, with its bundle
+                return self.dispatcher.submit_stored(digest, action=capability.action, media_type=request.media_type,
+                                                     options=request.options, claims=request.claims).bundle()
+        refused = self.dispatcher.precheck(head, size, digest, action=capability.action,
+                                           media_type=request.media_type, options=request.options,
+                                           claims=request.claims)
+        if refused is not None:
+            return refused
+        job_id = self.dispatcher.job_id_for(digest, capability, request.options)
+        try:
+            bundle = self._local.run(job_id, {"digest": digest, "action": capability.action,
+                                              "options": request.options}, self.wait_s)
+        except TimedOut:
+            raise _Failed(_still_running(job_id), None) from None
+        return with_claims(bundle, self.dispatcher.claims_for(request.claims, request.media_type, sniff(head)))
 
     # -- images inline -------------------------------------------------------------------------
 
@@ -323,6 +370,12 @@ class SidecarTools:
         if data.startswith(_PNG):
             return data
         return _to_png(data)
+
+
+def _still_running(job_id: str) -> PublicError:
+    return PublicError(code=ErrorCode.TIMEOUT, retryable=True,
+                       message=f"job {job_id} is still running; calling again with the same artifact and options "
+                               "attaches to it and gets its result")
 
 
 def _to_png(data: bytes) -> bytes | None:
@@ -358,11 +411,16 @@ def _unreachable(exc: BaseException) -> bool:
 # -- the MCP layer ------------------------------------------------------------------------------
 
 
-def build_server(tools: SidecarTools) -> Any:
+def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False) -> Any:
     """The low-level MCP server for the four tools (the SDK's ``mcp.server.lowlevel.Server``).
 
     The low-level server is used, not ``MCPServer``, so argument checking and every error message
     are ours: the SDK's own validation errors would echo the caller's values.
+
+    A failure is answered in the callers' own channel, ``available: false`` with ``error`` (their
+    client, fastmcp, raises on ``isError`` and they turn any exception into "sidecar
+    unreachable", losing code and message); ``errors_as_is_error`` also sets ``isError``, for
+    other MCP clients.
     """
     import anyio
     import anyio.to_thread
@@ -380,11 +438,13 @@ def build_server(tools: SidecarTools) -> Any:
     async def call_tool(ctx: Any, params: Any) -> Any:
         if not limiter:
             limiter.append(anyio.CapacityLimiter(1))
-        response, is_error = await anyio.to_thread.run_sync(tools.call, params.name, params.arguments,
-                                                            limiter=limiter[0])
+        response, failed = await anyio.to_thread.run_sync(tools.call, params.name, params.arguments,
+                                                          limiter=limiter[0])
+        # Once, as text: the callers decode the text first (structured content would send the
+        # bundle a second time). Their fields come first, the bundle last.
         text = json.dumps(response, ensure_ascii=False, separators=(",", ":"))
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                    structured_content=response, is_error=is_error)
+                                    is_error=failed and errors_as_is_error)
 
     return Server("mediafleet", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,
                   instructions="The media sidecar tools of the evidence pipeline: pdf_action, image_decode, "
@@ -405,7 +465,8 @@ def _http_body_limit(max_inline_bytes: int) -> int:
     return (max_inline_bytes + 2) // 3 * 4 + 1024 * 1024
 
 
-def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765) -> None:
+def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
+          errors_as_is_error: bool = False) -> None:
     """Serve until stdin closes (stdio) or the process is stopped (streamable HTTP at ``/mcp``).
 
     HTTP answers with plain JSON bodies (no SSE stream), so a large response is not cut by an SSE
@@ -413,7 +474,7 @@ def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", p
     """
     import anyio
 
-    server = build_server(tools)
+    server = build_server(tools, errors_as_is_error=errors_as_is_error)
     if not http:
         from mcp.server.stdio import stdio_server
 

@@ -57,12 +57,33 @@ class Settings(BaseSettings):
         None, description="index each finished job's evidence for discovery: sqlite:PATH or postgresql://..., then "
         "#workspace=NAME[&subject=NAME] (README: Evidence discovery); unset: no automatic indexing",
     )
+    engine_owners: list[str] = Field(
+        default_factory=list,
+        description="the callers' engine owners whose blob digests the fleet recomputes and verifies (JSON list): "
+        "'anonymous-local', 'carrier-owner:<64 hex>' or 'TENANT|PRINCIPAL'; unset: an engine digest is kept as "
+        "the caller's correlation id, not compared",
+    )
 
     @field_validator("blob_root", "manifest_file", "whisper_model_dir", "redis_tls_ca_file", "redis_tls_cert_file",
                      "redis_tls_key_file", "signing_key_file", "signing_cert_file", "signing_cert_store", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("engine_owners", mode="after")
+    @classmethod
+    def _check_owners(cls, value: list[str]) -> list[str]:
+        from mediafleet.caller_digest import parse_owner
+
+        for entry in value:
+            parse_owner(entry)
+        return value
+
+    def engine_owner_scopes(self) -> list[str]:
+        """The configured engine owners as the engine's owner scopes."""
+        from mediafleet.caller_digest import parse_owner
+
+        return [parse_owner(entry) for entry in self.engine_owners]
 
     @field_validator("blob_url", mode="after")
     @classmethod

@@ -164,8 +164,10 @@ class Caller:
         (content,) = result.content
         assert content.type == "text"
         data = json.loads(content.text)
-        assert isinstance(data, dict) and result.structured_content == data
-        return data, result.is_error
+        # Sent once, as text (the callers decode the text); a failure is the callers' own channel,
+        # available: false, never isError (their client raises on it and loses the error).
+        assert isinstance(data, dict) and result.structured_content is None and not result.is_error
+        return data, data.get("available", True) is False
 
     def call(self, tool: str, params: dict[str, Any] | str, action: str | None = None) -> tuple[dict[str, Any], bool]:
         params_json = params if isinstance(params, str) else json.dumps(params)
@@ -359,7 +361,8 @@ def test_bad_requests_are_refused_before_any_work(caller: Caller, tool: str, arg
     data, is_error = caller.raw(tool, arguments)
     assert is_error and data["error_code"] == code, data
     assert data["bundle"] is None
-    assert data["available"] is (code != "capability_not_declared")
+    assert data["available"] is False and data["unsupported"] is (code == "capability_not_declared")
+    assert data["error"] == f"{code}: {data['message']}"
     assert_public(data, "hunter2")
 
 
@@ -374,7 +377,7 @@ def test_a_corrupt_pdf_fails_with_a_failed_bundle_and_no_claim(caller: Caller) -
     broken = text_pdf(2)[:400]
     data, is_error = caller.call("pdf_action", artifact(broken, "application/pdf"))
     assert is_error and data["error_code"] == "corrupt_input", data
-    assert data["available"] is True
+    assert data["available"] is False and data["unsupported"] is False
     assert_public(data)
     assert_failed_bundle(data)
 
@@ -606,8 +609,10 @@ def test_failure_shapes_say_whether_the_sidecar_is_available(tmp_path: Path) -> 
     from contract import PublicError
 
     assert failure_response(PublicError(code="engine_unavailable", message="m", retryable=True)) == {
-        "available": False, "error": "m", "error_code": "engine_unavailable", "retryable": True, "bundle": None}
-    assert failure_response(PublicError(code="corrupt_input", message="m"))["available"] is True
+        "available": False, "error": "engine_unavailable: m", "error_code": "engine_unavailable", "message": "m",
+        "retryable": True, "unsupported": True, "bundle": None}
+    corrupt = failure_response(PublicError(code="corrupt_input", message="m"))
+    assert corrupt["available"] is False and corrupt["unsupported"] is False
     failed = Dispatcher(Settings(blob_root=tmp_path / "blobs")).submit(b"").bundle()
     assert failed.status == "failed"
     with pytest.raises(ValueError):
@@ -665,7 +670,8 @@ def test_streamable_http_serves_the_same_tools(tmp_path: Path) -> None:
     assert names == set(TOOL_ACTIONS)
     assert not ok.is_error
     assert [p["page"] for p in check_pdf_round_trip(json.loads(ok.content[0].text))] == [1, 2]
-    assert refused.is_error and json.loads(refused.content[0].text)["error_code"] == "digest_mismatch"
+    refusal = json.loads(refused.content[0].text)
+    assert not refused.is_error and refusal["available"] is False and refusal["error_code"] == "digest_mismatch"
 
 
 def test_http_refuses_a_non_loopback_host_unless_told(tmp_path: Path) -> None:

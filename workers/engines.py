@@ -7,12 +7,15 @@ with :func:`engine_config` when they first build their engine; they never read t
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from contract.manifest import DeviceClass
 
-__all__ = ["EngineConfig", "configure", "engine_config"]
+__all__ = ["THREAD_VARIABLES", "EngineConfig", "cap_threads", "configure", "engine_config", "numerics"]
 
 
 @dataclass(frozen=True)
@@ -32,3 +35,34 @@ def configure(config: EngineConfig) -> None:
 
 def engine_config() -> EngineConfig:
     return _config
+
+
+#: The thread pools the engines' native libraries size from the environment when they load.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_THREAD_LIMIT")
+
+
+def cap_threads(threads: int) -> None:
+    """Size every native thread pool to ``threads``, on every path that runs engines (worker,
+    ``serve-mcp``, in-process ``extract``), before any engine loads.
+
+    Set, not defaulted: an inherited ``OMP_NUM_THREADS`` would change the numerics under the same
+    job id (the thread count is part of a job's identity: see :func:`adapters.ids.job_id`).
+    """
+    for var in THREAD_VARIABLES:
+        os.environ[var] = str(threads)
+
+
+def numerics(action: str, options: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """What, beyond its options, changes a job's numbers: the thread count, for the engines whose
+    floating-point reductions depend on it (CTranslate2's Whisper, onnxruntime's OCR).
+
+    Empty for work that does not depend on it (a PDF's text layer with OCR off; shots and
+    keyframes of a video without speech), so those ids stay the same across thread settings. The
+    device class is not here: a held job may run on any allowed class, so the class (and its
+    compute type) is named in the derivation of the loci instead, by the producer's options.
+    """
+    if action == "ocr_pdf" and options.get("ocr") == "never":
+        return {}
+    if action == "extract_keyframes" and options.get("speech") is False:
+        return {}
+    return {"threads": threads}

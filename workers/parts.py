@@ -83,6 +83,7 @@ def speech_part(request: ExtractRequest, capability: Capability, manifest: Manif
         artifact=request.artifact,
         device=audio.devices[0],
         part_of=PartOf(job_id=request.job_id, action=request.action),
+        threads=request.threads,
     )
 
 

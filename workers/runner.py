@@ -9,7 +9,9 @@ public-safe error, never an exception out of here and never a crashed worker.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -25,6 +27,7 @@ from contract.errors import (
 from contract.jobs import ExtractRequest, Outcome
 from contract.manifest import DeviceClass, Manifest
 from mediafleet.blobstore import BlobStore
+from workers.engines import configure, engine_config
 from workers.extractor import ProgressFn, load_extractor
 from workers.parts import join_inline, options_for, part_capabilities, verify_result
 from workers.sink import StoreSink
@@ -36,6 +39,20 @@ log = logging.getLogger("mediafleet.worker")
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+@contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    """Run the job's engines on the request's thread count (part of its job id), then restore."""
+    before = engine_config()
+    if threads is None or threads == before.threads:
+        yield
+        return
+    configure(replace(before, threads=threads))
+    try:
+        yield
+    finally:
+        configure(before)
 
 
 def run_request(
@@ -69,7 +86,7 @@ def run_request(
         capability.check_options(request.options)
         options = options_for(request, capability, manifest)
         extractor = load_extractor(capability)
-        with store.verified_path(request.artifact.digest) as path:
+        with store.verified_path(request.artifact.digest) as path, _threads(request.threads):
             checks["digest_recomputed"] = True
             result = extractor(path, options, capability.limits, progress, StoreSink(store))
             if inline_parts:

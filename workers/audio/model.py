@@ -53,6 +53,7 @@ class Whisper:
     compute_type: str
     batch_size: int
     multilingual: bool
+    threads: int = 1  # CTranslate2's intra-op threads on the CPU: they change the numbers, so ids name them
 
 
 def _packaged_dir() -> Path:
@@ -155,6 +156,7 @@ def _load(folder: Path, config: EngineConfig) -> Whisper:
         compute_type=compute_type,
         batch_size=_BATCH[config.device],
         multilingual=bool(model.model.is_multilingual),
+        threads=config.threads,
     )
 
 

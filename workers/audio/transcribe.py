@@ -252,6 +252,7 @@ def producer(options: AudioOptions, engine: Whisper) -> Producer:
     used.update(
         device=engine.device,
         compute_type=engine.compute_type,
+        threads=engine.threads,
         batch_size=engine.batch_size,
         window_s=_WINDOW_S,
         without_timestamps=True,

@@ -87,6 +87,6 @@ def analyze_image(
         extractor=EXTRACTOR,
         extractor_version=EXTRACTOR_VERSION,
         models=engine.models(with_classifier=options.rotated_lines),
-        options=options.model_dump(mode="json"),
+        options={**options.model_dump(mode="json"), "threads": engine.threads},
     )
     return ImageResult(page_count=count, pages=pages, producer=producer)

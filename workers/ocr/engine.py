@@ -64,6 +64,7 @@ class OcrEngine:
 
         cuda = device == DeviceClass.GPU
         threads = max(1, min(threads, os.cpu_count() or 1))
+        self.threads = threads  # onnxruntime's intra-op threads: part of every OCR derivation
         self._ocr = RapidOCR(use_cls=False, print_verbose=False, intra_op_num_threads=1, inter_op_num_threads=1)
         config = update_model_path(read_yaml(DEFAULT_CFG_PATH))
         self._model_paths = {name: Path(config[section]["model_path"])
@@ -185,15 +186,15 @@ def _version(dist: str) -> str | None:
         return None
 
 
-_engine: OcrEngine | None = None
+_engines: dict[tuple[int, DeviceClass], OcrEngine] = {}
 _lock = threading.Lock()
 
 
 def get_engine() -> OcrEngine:
-    """This process's engine, built on first use with the process's engine configuration."""
-    global _engine
+    """This process's engine for its engine configuration (threads, device), built on first use."""
     with _lock:
-        if _engine is None:
-            config = engine_config()
-            _engine = OcrEngine(threads=config.threads, device=config.device)
-        return _engine
+        config = engine_config()
+        key = (config.threads, config.device)
+        if key not in _engines:
+            _engines[key] = OcrEngine(threads=config.threads, device=config.device)
+        return _engines[key]

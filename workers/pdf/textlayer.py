@@ -128,15 +128,19 @@ def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _
     )
 
 
-def producer(options: PdfOptions, models: list[ModelRef] | None = None) -> Producer:
-    """PyMuPDF reads and renders; when a page was OCR'd, ``models`` names the OCR engine's files."""
+def producer(options: PdfOptions, models: list[ModelRef] | None = None, ocr_threads: int | None = None) -> Producer:
+    """PyMuPDF reads and renders; when a page was OCR'd, ``models`` names the OCR engine's files and
+    ``ocr_threads`` its threads (they change OCR's numbers; the text layer's do not depend on them)."""
+    used = options.model_dump(mode="json")
+    if ocr_threads is not None:
+        used["ocr_threads"] = ocr_threads
     return Producer(
         engine="pymupdf",
         engine_version=pymupdf.VersionBind,
         extractor=EXTRACTOR,
         extractor_version=EXTRACTOR_VERSION,
         models=models or [],
-        options=options.model_dump(mode="json"),
+        options=used,
     )
 
 
@@ -177,6 +181,7 @@ def extract_pdf(
             if progress is not None:
                 progress(index + 1, total)
         models = ocr.engine.models(with_classifier=options.rotated_lines) if ocr.engine is not None else None
-        return PdfResult(page_count=total, pages=pages, producer=producer(options, models))
+        threads = ocr.engine.threads if ocr.engine is not None else None
+        return PdfResult(page_count=total, pages=pages, producer=producer(options, models, threads))
     finally:
         doc.close()

@@ -82,6 +82,7 @@ def attach(result: VideoResult, speech: AudioResult | PublicError, job_id: str |
     made_by = speech.producer
     producer = result.producer.model_copy(update={
         "models": list(made_by.models),
-        "options": {**result.producer.options, "speech_engine": f"{made_by.engine} {made_by.engine_version}"},
+        "options": {**result.producer.options, "speech_engine": f"{made_by.engine} {made_by.engine_version}",
+                    "speech_numerics": {k: made_by.options.get(k) for k in ("device", "compute_type", "threads")}},
     })
     return result.model_copy(update={"speech": done, "producer": producer})
