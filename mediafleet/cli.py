@@ -1,13 +1,15 @@
 """``mediafleet``: extract evidence, run a worker, show the manifest and the JSON Schemas.
 
-Exit codes: 0 every artifact gave an ``ok`` bundle; 1 at least one failed; 2 bad usage or
-settings; 3 the fleet could not be reached. Errors go to stderr; ``--json`` output to stdout only.
+Exit codes: 0 every artifact gave an ``ok`` bundle; 1 at least one failed (or could not be read or
+downloaded, or the wait for the fleet ran out); 2 bad usage or settings, nothing was run; 3 the fleet
+could not be reached. Errors go to stderr, one line each; ``--json`` output to stdout only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from importlib import resources
@@ -27,46 +29,97 @@ def _samples() -> list[Path]:
 def _option(text: str) -> tuple[str, Any]:
     name, sep, value = text.partition("=")
     if not sep or not name:
-        raise argparse.ArgumentTypeError("options are NAME=VALUE")
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. -o dpi=300; `mediafleet manifest` lists them)")
     try:
         return name, json.loads(value)
     except json.JSONDecodeError:
         return name, value
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mediafleet", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
-    ex = sub.add_parser("extract", help="extract evidence from files (in-process unless a broker is set)")
-    ex.add_argument("files", nargs="*", type=Path)
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return int(text)
+
+
+def _age(text: str) -> int:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d`` -> seconds (0 allowed: every unused blob)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    if not number.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age like 3600, 90m, 12h or 7d")
+    return int(number) * units[unit]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistake reported on one line (and exit code 2) instead of usage + error."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mediafleet", description=__doc__.splitlines()[0],
+                     epilog="Exit codes: 0 ok; 1 an artifact failed or could not be read; 2 a mistake in the "
+                            "command or settings (nothing was run); 3 the fleet cannot be reached.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ex = sub.add_parser("extract", help="extract evidence from files (in-process unless a broker is set)",
+                        description="Extract evidence from each input and print what was found. In-process "
+                                    "unless a broker is set (--broker or MEDIAFLEET_BROKER_URL).")
+    ex.add_argument("files", nargs="*", metavar="FILE",
+                    help="a file; - reads standard input; an http(s):// URL is downloaded (at most the largest "
+                         "size the manifest accepts)")
     ex.add_argument("--samples", action="store_true", help="also extract the bundled sample media")
     ex.add_argument("--json", action="store_true", help="print each bundle as one JSON object (one per line)")
-    ex.add_argument("--out", type=Path, help="write <name>.bundle.json and <name>.prov.ttl here")
-    ex.add_argument("--action", help="the callers' action (default: from the media type)")
+    ex.add_argument("--out", type=Path, metavar="DIR",
+                    help="write <name>.<digest>.bundle.json and <name>.<digest>.prov.ttl into DIR (created if "
+                         "missing; <digest> is the first 12 hex digits of the artifact's sha256)")
+    ex.add_argument("--report", action="store_true",
+                    help="also write <name>.<digest>.report.html, a page showing every locus on the artifact "
+                         "(into --out DIR, else the current directory)")
+    ex.add_argument("--action", help="the callers' action (default: from the media type; `mediafleet manifest` lists them)")
     ex.add_argument("--media-type", help="the type you claim; refused when the bytes disagree")
-    ex.add_argument("--option", "-o", action="append", type=_option, default=[], metavar="NAME=VALUE")
-    ex.add_argument("--broker", help="submit to the fleet at this broker URL and wait")
-    ex.add_argument("--timeout", type=float, default=None, help="seconds to wait for the fleet")
+    ex.add_argument("--option", "-o", action="append", type=_option, default=[], metavar="NAME=VALUE",
+                    help="a capability option, VALUE as JSON or text (e.g. -o dpi=300 -o ocr=always); "
+                         "repeatable; `mediafleet manifest` lists each action's options and their ranges")
+    ex.add_argument("--broker", metavar="URL", help="submit to the fleet at this redis:// or rediss:// URL and wait")
+    ex.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                    help="stop waiting for the fleet after this long (the job goes on; default: wait)")
 
     wk = sub.add_parser("worker", help="run a Celery worker for the configured device's queues")
+    wk.add_argument("--broker", metavar="URL", help="the fleet's redis:// or rediss:// URL (default: the settings')")
     wk.add_argument("--queues", help="comma-separated queues (default: every capability for --device)")
-    wk.add_argument("--concurrency", type=int, default=1)
+    wk.add_argument("--concurrency", type=_positive, default=1,
+                    help="pool processes, each running one job at a time (default 1)")
     wk.add_argument("--device", choices=["cpu", "gpu", "auto"],
                     help="the device class to serve; auto: gpu when a CUDA device is visible, else cpu")
-    wk.add_argument("--pool", default="prefork")
-    wk.add_argument("--loglevel", default="INFO")
+    wk.add_argument("--pool", default="prefork", choices=["prefork", "solo", "threads"],
+                    help="Celery's execution pool (default prefork; solo runs jobs in the main process)")
+    wk.add_argument("--loglevel", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                    type=str.upper, help="log level (default INFO)")
     wk.add_argument("--hostname", help="worker node name (default: Celery's)")
-    wk.add_argument("--max-tasks-per-child", type=int)
-    wk.add_argument("--max-memory-per-child", type=int, help="KiB; the process is recycled after its task")
+    wk.add_argument("--max-tasks-per-child", type=_positive, help="replace a pool process after this many jobs")
+    wk.add_argument("--max-memory-per-child", type=_positive,
+                    help="KiB; a pool process above it is replaced after its current job")
 
     st = sub.add_parser("status", help="queues, live workers by device class, and a job's state")
     st.add_argument("job", nargs="?", help="a job id (mf-...)")
-    st.add_argument("--broker", help="the fleet's broker URL (default: the settings')")
+    st.add_argument("--broker", metavar="URL", help="the fleet's redis:// or rediss:// URL (default: the settings')")
 
     cn = sub.add_parser("cancel", help="cancel a job: a queued one never starts, a running one stops")
     cn.add_argument("job", help="a job id (mf-...)")
-    cn.add_argument("--broker", help="the fleet's broker URL (default: the settings')")
+    cn.add_argument("--broker", metavar="URL", help="the fleet's redis:// or rediss:// URL (default: the settings')")
 
     mc = sub.add_parser("serve-mcp", help="serve the callers' four sidecar tools over MCP (stdio, or --http)")
     mc.add_argument("--http", action="store_true", help="streamable HTTP at http://HOST:PORT/mcp instead of stdio")
@@ -87,6 +140,23 @@ def _parser() -> argparse.ArgumentParser:
     gc = sub.add_parser("gc", help="delete blobs and results past the retention rule (README: Blob store)")
     gc.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
     gc.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    gc.add_argument("--max-age", type=_age, metavar="AGE",
+                    help="delete blobs unused for AGE (3600, 90m, 12h, 7d; 0: every unused one) instead of the "
+                         "retention window; blobs a live job or result names are still kept")
+
+    rp = sub.add_parser("report", help="write an HTML page showing a bundle's evidence on its artifact",
+                        description="Write one self-contained HTML page per bundle: the artifact (pages, image, "
+                                    "waveform, shots) with every locus drawn on it, and the provenance. The "
+                                    "artifact is read from the blob store, or from --artifact.")
+    rp.add_argument("bundles", nargs="+", metavar="BUNDLE",
+                    help="a bundle file (extract --out's .bundle.json, or extract --json's lines); - reads stdin")
+    rp.add_argument("-o", "--output", type=Path, metavar="PATH",
+                    help="the page to write (one bundle), or a directory for several (default: beside each "
+                         "bundle file, or the current directory for stdin)")
+    rp.add_argument("--artifact", type=Path, metavar="FILE",
+                    help="the artifact itself, when the blob store no longer has it (checked against the digest)")
+    rp.add_argument("--max-embed-mb", type=_positive, default=32, metavar="MIB",
+                    help="embed a recording or video as a player up to this size (default 32)")
 
     sub.add_parser("manifest", help="print the manifest in force")
     sub.add_parser("schema", help="print the contract's JSON Schemas")
@@ -96,8 +166,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _broker_problem(url: str, where: str) -> str | None:
+    """Why ``url`` cannot be the fleet's broker (the fleet speaks Redis only), or None."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss") and parts.hostname:
+        return None
+    shown = f" {url!r}" if "@" not in url and len(url) < 80 else ""  # never echo a password
+    if parts.scheme in ("redis", "rediss"):
+        return f"{where}{shown} names no host (e.g. redis://localhost:6379/0)"
+    return f"{where}{shown} is not a redis:// or rediss:// URL (e.g. redis://localhost:6379/0)"
+
+
+def _settings_problem(exc: BaseException) -> str:
+    """One line for bad settings: the variable and what is wrong, never pydantic's class names."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and exc.errors():
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error.get("loc") else ""
+        name = f"MEDIAFLEET_{field.upper()}: " if field and field != "__root__" else ""
+        return f"{name}{error['msg'].removeprefix('Value error, ')}"
+    return _first_line(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    prog = f"mediafleet {args.command}"
+    if getattr(args, "broker", None) and (problem := _broker_problem(args.broker, "--broker")):
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     from pydantic import ValidationError
 
     try:
@@ -117,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.load(**overrides)
         manifest = settings.manifest()
     except (ValidationError, ValueError, OSError) as exc:
-        print(f"mediafleet: bad settings or manifest: {_first_line(exc)}", file=sys.stderr)
+        print(f"mediafleet: bad settings or manifest: {_settings_problem(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    if settings.broker_url and (problem := _broker_problem(settings.broker_url, "MEDIAFLEET_BROKER_URL")):
+        print(f"{prog}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "manifest":
         print(manifest.model_dump_json(indent=2))
@@ -133,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve_mcp(args, settings, manifest)
     if args.command == "gc":
         return _gc(args, settings, manifest)
+    if args.command == "report":
+        return _report(args, settings)
     from mediafleet.discovery import cli as discovery_cli
 
     if args.command in discovery_cli.COMMANDS:
@@ -150,7 +254,16 @@ def _unreachable() -> tuple[type[BaseException], ...]:
 
 
 def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return str(exc).splitlines()[0] if str(exc) else "no detail"
+
+
+def _broker_shown(settings: Any) -> str:
+    """The broker as ``scheme://host:port``: no password, no database path."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(settings.broker_url or "")
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}" if parts.hostname else "the broker"
 
 
 def _schemas() -> dict[str, Any]:
@@ -170,57 +283,205 @@ def _schemas() -> dict[str, Any]:
     }
 
 
-def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
-    from adapters.prov import to_turtle
-    from contract.errors import MediafleetError
-    from contract.jobs import JobState
-    from mediafleet.dispatch import Dispatcher
+def _out_problem(out: Path | None) -> str | None:
+    """Why ``--out`` cannot take the files (it is created when missing), or None."""
+    if out is None:
+        return None
+    if out.exists() and not out.is_dir():
+        return "--out names an existing file; give a directory (it is created when missing)"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--out: cannot create that directory ({(exc.strerror or 'error').lower()})"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return "--out: that directory is not writable"
+    return None
 
-    files = list(args.files) + (_samples() if args.samples else [])
-    if not files:
-        print("mediafleet extract: no files given (or use --samples)", file=sys.stderr)
+
+def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
+    import logging
+
+    from mediafleet.dispatch import Dispatcher
+    from mediafleet.inputs import Input, InputUnavailable, UsageError, check_input, open_input
+
+    # The CLI reports every failure itself, on one line; the workers' log lines would only repeat it.
+    logging.getLogger().addHandler(logging.NullHandler())
+    specs = list(args.files) + [str(p) for p in (_samples() if args.samples else [])]
+    if not specs:
+        print("mediafleet extract: no files given (name some, - for standard input, or --samples)", file=sys.stderr)
+        return EXIT_USAGE
+    problem = None
+    if args.action is not None and args.action not in manifest.capabilities:
+        problem = (f"--action {args.action}: not declared by the manifest in force "
+                   f"(actions: {', '.join(sorted(manifest.capabilities))})")
+    elif specs.count("-") > 1:
+        problem = "- (standard input) can be given once"
+    problem = problem or _out_problem(args.out)
+    if problem:
+        print(f"mediafleet extract: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    options = dict(args.option)
+    status = EXIT_OK
+    # Every local file is opened and checked before anything runs: a mistake stops the command with
+    # nothing done. Standard input and URLs are read when their turn comes, then checked alike.
+    queue: list[Input | str] = []
+    try:
+        for spec in specs:
+            if spec == "-" or "://" in spec:
+                queue.append(spec)
+                continue
+            try:
+                item = open_input(spec, manifest, stdin=sys.stdin.buffer)
+            except InputUnavailable as exc:
+                print(f"mediafleet extract: {exc}", file=sys.stderr)
+                status = EXIT_FAILED
+                continue
+            check_input(item, manifest, args.action, options)
+            queue.append(item)
+    except UsageError as exc:
+        print(f"mediafleet extract: {exc}", file=sys.stderr)
         return EXIT_USAGE
     dispatcher = Dispatcher(settings, manifest=manifest)
-    options = dict(args.option)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-    status = EXIT_OK
-    for path in files:
-        if not path.is_file():
-            print(f"mediafleet extract: {path.name}: no such file", file=sys.stderr)
-            status = EXIT_FAILED
-            continue
-        show = _progress_printer(path.name)
+    saved = _Saved(args.out if args.out else (Path.cwd() if args.report else None))
+    for entry in queue:
         try:
-            job = dispatcher.submit(path, action=args.action, media_type=args.media_type, options=options,
-                                    progress=show)
-            if job.state() == JobState.HELD:
-                record = dispatcher.jobs().get(job.id)
-                reason = record.held_reason if record else None
-                print(f"mediafleet extract: {path.name}: held ({reason}); waiting for a worker", file=sys.stderr)
-            bundle = job.bundle(timeout=args.timeout, on_progress=lambda p, show=show: show(p.done, p.total))
-        except MediafleetError as exc:
-            print(f"mediafleet extract: {path.name}: {exc.message}", file=sys.stderr)
+            item = entry if isinstance(entry, Input) else open_input(entry, manifest, stdin=sys.stdin.buffer)
+        except InputUnavailable as exc:
+            print(f"mediafleet extract: {exc}", file=sys.stderr)
             status = EXIT_FAILED
             continue
-        except _unreachable() as exc:
-            print(f"mediafleet extract: the fleet cannot be reached: {type(exc).__name__}", file=sys.stderr)
-            return EXIT_UNREACHABLE
-        show.done()
-        if bundle.status != "ok":
-            status = EXIT_FAILED
-            assert bundle.error is not None
-            print(f"mediafleet extract: {path.name}: failed: {bundle.error.code}: {bundle.error.message}",
-                  file=sys.stderr)
-        if args.json:
-            sys.stdout.write(bundle.model_dump_json() + "\n")
-        else:
-            _summary(path.name, bundle)
-        if args.out:
-            stem = args.out / f"{path.name}.{bundle.artifact.digest.removeprefix('sha256:')[:12]}"
-            Path(f"{stem}.bundle.json").write_text(bundle.model_dump_json(indent=2), encoding="utf-8")
-            Path(f"{stem}.prov.ttl").write_text(to_turtle(bundle.prov), encoding="utf-8")
+        except UsageError as exc:
+            print(f"mediafleet extract: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            outcome = _extract_one(item, args, dispatcher, manifest, options, saved)
+        except UsageError as exc:
+            print(f"mediafleet extract: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        finally:
+            item.close()
+        if outcome in (EXIT_UNREACHABLE, EXIT_INTERRUPTED):
+            return outcome
+        status = max(status, outcome)
+    _closing_lines(args, settings, manifest, dispatcher, saved)
     return status
+
+
+EXIT_INTERRUPTED = 130
+
+
+class _Saved:
+    """Where ``--out``/``--report`` files go, and how many were written."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder, self.bundles, self.reports = folder, 0, 0
+
+
+def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest: Any, options: dict[str, Any],
+                 saved: _Saved) -> int:
+    """Run one opened input and show what it gave; returns its exit status."""
+    from adapters.prov import to_turtle
+    from contract.errors import MediafleetError, TimedOut
+    from contract.jobs import JobState
+    from mediafleet.inputs import check_input
+    from mediafleet.report.text import summary_lines
+    from workers.app import PROGRESS_UNITS
+
+    capability = check_input(item, manifest, args.action, options)
+    unit = PROGRESS_UNITS.get(capability.modality.value, "items") if capability else "items"
+    show = _Progress(item.name, unit, enabled=sys.stderr.isatty())
+    job = None
+    try:
+        job = dispatcher.submit(item.source, action=args.action, media_type=args.media_type, options=options,
+                                progress=show)
+        state = job.state()
+        if not dispatcher.in_process and state in (JobState.QUEUED, JobState.HELD, JobState.STARTED):
+            print(f"{item.name}: job {job.id} {state.value}; follow it with: mediafleet status {job.id}",
+                  file=sys.stderr)
+            if state == JobState.HELD:
+                record = dispatcher.jobs().get(job.id)
+                reason = record.held_reason if record is not None and record.held_reason else "no live worker for it"
+                print(f"{item.name}: held: {reason}; it starts when a worker comes up (mediafleet worker); "
+                      "waiting (Ctrl-C stops the wait, not the job)", file=sys.stderr)
+        bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
+    except TimedOut:
+        show.clear()
+        job_id = job.id if job is not None else "?"
+        print(f"{item.name}: stopped waiting after {args.timeout:g} s; job {job_id} goes on: "
+              f"mediafleet status {job_id}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        show.clear()
+        if job is None or dispatcher.in_process:
+            print(f"{item.name}: interrupted", file=sys.stderr)
+        else:
+            print(f"{item.name}: stopped waiting; job {job.id} goes on: mediafleet status {job.id}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except MediafleetError as exc:
+        show.clear()
+        print(f"mediafleet extract: {item.name}: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except _unreachable():
+        show.clear()
+        print(f"mediafleet extract: the fleet's broker cannot be reached at {_broker_shown(dispatcher.settings)}",
+              file=sys.stderr)
+        return EXIT_UNREACHABLE
+    show.clear()
+    status = EXIT_OK
+    if bundle.status != "ok":
+        status = EXIT_FAILED
+        error = bundle.error
+        why = f"{error.code.value}: {error.message}" if error is not None else "no reason given"
+        print(f"mediafleet extract: {item.name}: failed: {why}", file=sys.stderr)
+    if args.json:
+        sys.stdout.write(bundle.model_dump_json() + "\n")
+    else:
+        print("\n".join(summary_lines(item.name, bundle)))
+    stem = f"{item.name}.{bundle.artifact.digest.removeprefix('sha256:')[:12]}"
+    if args.out:
+        Path(args.out, f"{stem}.bundle.json").write_text(bundle.model_dump_json(indent=2), encoding="utf-8")
+        Path(args.out, f"{stem}.prov.ttl").write_text(to_turtle(bundle.prov), encoding="utf-8")
+        saved.bundles += 1
+    if args.report and saved.folder is not None:
+        from mediafleet.report import build_report, report_file_name, store_inputs
+
+        with store_inputs(bundle, dispatcher.store) as inputs:
+            page = build_report(bundle, item.name, inputs)
+        (saved.folder / report_file_name(item.name, bundle)).write_text(page, encoding="utf-8")
+        saved.reports += 1
+    return status
+
+
+def _closing_lines(args: argparse.Namespace, settings: Any, manifest: Any, dispatcher: Any, saved: _Saved) -> None:
+    """Where the results are, how to get the others, and what stays in the blob cache."""
+    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.retention import Retention
+
+    notes = []
+    if saved.bundles or saved.reports:
+        what = " and ".join(filter(None, [f"{saved.bundles} bundle(s) with provenance" if saved.bundles else "",
+                                           f"{saved.reports} report page(s)" if saved.reports else ""]))
+        notes.append(f"wrote {what} into {saved.folder}")
+    elif not args.json:
+        notes.append("nothing was written: --json prints each bundle, --out DIR saves bundles and provenance, "
+                     "--report writes a page showing the evidence on each file")
+    store = dispatcher.store
+    if isinstance(store, LocalBlobStore):
+        total = sum(b.size for b in store.blobs())
+        days = Retention.from_settings(settings, manifest).blob_s / 86400
+        notes.append(f"the artifacts stay in the blob cache ({_home(store.root)}, {total / 2**20:.1f} MiB in all) for "
+                     f"`mediafleet report`; `mediafleet gc` deletes blobs unused for {days:.0f} days, "
+                     "`mediafleet gc --max-age 0` every unused one")
+    else:
+        notes.append("the artifacts stay in the fleet's blob store until `mediafleet gc` removes them")
+    for note in notes:
+        print(f"mediafleet extract: {note}", file=sys.stderr)
+
+
+def _home(path: Path) -> str:
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home):] if home != "/" and (text == home or text.startswith(home + os.sep)) else text
 
 
 def _fleet_command(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
@@ -242,44 +503,44 @@ def _fleet_command(args: argparse.Namespace, settings: Any, manifest: Any) -> in
         if args.job:
             record = dispatcher.jobs().get(args.job)
             report["job"] = record.summary() if record else {"job_id": args.job, "state": "unknown"}
-    except _unreachable() as exc:
-        print(f"mediafleet {args.command}: the fleet cannot be reached: {type(exc).__name__}", file=sys.stderr)
+    except _unreachable():
+        print(f"mediafleet {args.command}: the fleet's broker cannot be reached at {_broker_shown(settings)}",
+              file=sys.stderr)
         return EXIT_UNREACHABLE
     print(json.dumps(report, indent=2))
     return EXIT_OK if not args.job or report["job"]["state"] != "unknown" else EXIT_FAILED
 
 
-class _progress_printer:
-    """Progress on stderr for long jobs, throttled; silent for short ones."""
+class _Progress:
+    """Progress of one file on stderr, with its unit and a bar; only on a terminal, and only for jobs
+    that take more than a moment."""
 
-    def __init__(self, name: str) -> None:
+    _WIDTH = 24
+
+    def __init__(self, name: str, unit: str, *, enabled: bool) -> None:
         import time
 
-        self._name, self._time, self._start, self._shown = name, time.monotonic, time.monotonic(), False
-        self._last = 0.0
+        self._name, self._unit, self._enabled = name, unit, enabled
+        self._time, self._start, self._last, self._shown = time.monotonic, time.monotonic(), 0.0, 0
 
-    def __call__(self, done: int, total: int | None) -> None:
+    def __call__(self, done: int, total: int | None, unit: str | None = None) -> None:
         now = self._time()
-        if now - self._start < 1.0 or now - self._last < 0.5:
+        if not self._enabled or now - self._start < 0.5 or now - self._last < 0.2:
             return
-        self._last, self._shown = now, True
-        of = f"/{total}" if total else ""
-        print(f"\r{self._name}: {done}{of}", end="", file=sys.stderr, flush=True)
+        self._last = now
+        unit = unit or self._unit
+        if total:
+            filled = round(self._WIDTH * min(done / total, 1.0))
+            line = f"{self._name} [{'#' * filled}{'.' * (self._WIDTH - filled)}] {done}/{total} {unit}"
+        else:
+            line = f"{self._name} {done} {unit}"
+        print("\r" + line.ljust(self._shown), end="", file=sys.stderr, flush=True)
+        self._shown = max(self._shown, len(line))
 
-    def done(self) -> None:
+    def clear(self) -> None:
         if self._shown:
-            print(file=sys.stderr)
-
-
-def _summary(name: str, bundle: Any) -> None:
-    evidence = [n for n in bundle.nodes if n.node_type == "Evidence"]
-    claim = next((n for n in bundle.nodes if n.node_type == "Claim"), None)
-    kinds: dict[str, int] = {}
-    for node in evidence:
-        kinds[node.properties["locus_kind"]] = kinds.get(node.properties["locus_kind"], 0) + 1
-    verified = "verified" if claim and claim.properties["is_verified"] else "not verified"
-    detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no loci"
-    print(f"{name}: {bundle.status} ({bundle.artifact.media_type}); {detail}; claim {verified}")
+            print("\r" + " " * self._shown + "\r", end="", file=sys.stderr, flush=True)
+            self._shown = 0
 
 
 def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
@@ -355,12 +616,91 @@ def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     return EXIT_OK
 
 
+def _bundle_title(path: Path | None) -> str | None:
+    """``harbour-report.pdf`` from ``harbour-report.pdf.ca0686c79836.bundle.json`` (extract --out's names)."""
+    import re
+
+    if path is None:
+        return None
+    match = re.fullmatch(r"(.+)\.[0-9a-f]{12}\.bundle\.json", path.name)
+    return match.group(1) if match else path.name.removesuffix(".json").removesuffix(".bundle")
+
+
+def _report(args: argparse.Namespace, settings: Any) -> int:
+    from pydantic import ValidationError
+
+    from mediafleet.blobstore import open_store
+    from mediafleet.report import build_report, load_bundles, report_file_name, store_inputs
+
+    found: list[tuple[Any, str | None, Path]] = []  # (bundle, title, default folder)
+    for spec in args.bundles:
+        path = None if spec == "-" else Path(spec)
+        shown = "stdin" if path is None else path.name
+        if path is not None and path.is_dir():
+            print(f"mediafleet report: {shown} is a directory: name the bundle files in it", file=sys.stderr)
+            return EXIT_USAGE
+        if path is not None and not path.is_file():
+            print(f"mediafleet report: {shown}: no such file", file=sys.stderr)
+            return EXIT_FAILED
+        try:
+            text = sys.stdin.read() if path is None else path.read_text(encoding="utf-8")
+            bundles = load_bundles(text)
+        except (ValueError, ValidationError, UnicodeDecodeError) as exc:
+            detail = str(exc).splitlines()[0] if isinstance(exc, ValueError) and not isinstance(exc, ValidationError) else ""
+            why = detail if detail and "validation error" not in detail else "not an evidence bundle"
+            print(f"mediafleet report: {shown}: {why} (give extract --out's .bundle.json or extract --json's output)",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        title = _bundle_title(path) if len(bundles) == 1 else None
+        found.extend((b, title, path.parent if path is not None else Path.cwd()) for b in bundles)
+    if args.artifact is not None and (len(found) != 1 or not args.artifact.is_file()):
+        problem = "--artifact goes with exactly one bundle" if len(found) != 1 else "--artifact: no such file"
+        print(f"mediafleet report: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    output: Path | None = args.output
+    if output is not None and (len(found) > 1 or output.is_dir()):
+        if (problem := _out_problem(output)):
+            print(f"mediafleet report: {problem.replace('--out', '-o')}", file=sys.stderr)
+            return EXIT_USAGE
+    elif output is not None and not output.parent.is_dir():
+        print("mediafleet report: -o: the folder it would go in does not exist", file=sys.stderr)
+        return EXIT_USAGE
+    store = open_store(settings)
+    for bundle, title, folder in found:
+        name = title or f"artifact-{bundle.artifact.digest.removeprefix('sha256:')[:12]}"
+        if output is None or output.is_dir():
+            target = (output or folder) / report_file_name(name, bundle)
+        else:
+            target = output
+        try:
+            with store_inputs(bundle, store, args.artifact, max_embed_bytes=args.max_embed_mb * 2**20) as inputs:
+                if inputs.artifact is None and bundle.status == "ok":
+                    print(f"mediafleet report: {name}: the artifact is not in the blob store (`mediafleet gc` may have "
+                          "deleted it): the loci are drawn without it; pass it with --artifact FILE", file=sys.stderr)
+                page = build_report(bundle, name, inputs)
+        except ValueError as exc:
+            print(f"mediafleet report: {name}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            target.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            print(f"mediafleet report: cannot write {target.name} ({(exc.strerror or 'error').lower()})", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"{name}: report written to {target} ({len(page) / 2**20:.1f} MiB)")
+    return EXIT_OK
+
+
 def _gc(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     from contract.errors import Unavailable
     from mediafleet.retention import gc
 
+    longest = math.ceil(manifest.max_hard_time_limit_s())
+    if args.max_age is not None and settings.broker_url is not None and args.max_age < longest:
+        print(f"mediafleet gc: with a fleet, --max-age must be at least the longest hard time limit ({longest} s), "
+              "so running jobs keep their blobs", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        report = gc(settings, manifest=manifest, dry_run=args.dry_run)
+        report = gc(settings, manifest=manifest, dry_run=args.dry_run, max_age_s=args.max_age)
     except Unavailable as exc:
         print(f"mediafleet gc: {exc.message}; nothing was deleted after that", file=sys.stderr)
         return EXIT_UNREACHABLE

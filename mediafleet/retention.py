@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -185,12 +185,18 @@ def _redis_for(settings: Settings) -> Any:
 
 
 def gc(settings: Settings, *, manifest: Manifest | None = None, now: datetime | None = None,
-       dry_run: bool = False) -> GcReport:
-    """Sweep the blob store and result backend the settings name; see the module's rule."""
+       dry_run: bool = False, max_age_s: int | None = None) -> GcReport:
+    """Sweep the blob store and result backend the settings name; see the module's rule.
+
+    ``max_age_s`` replaces rule 1's window (``mediafleet gc --max-age``); rule 2 still holds.
+    """
     manifest = manifest or settings.manifest()
+    retention = Retention.from_settings(settings, manifest)
+    if max_age_s is not None:
+        retention = replace(retention, blob_s=max_age_s)
     client = _redis_for(settings)
     try:
-        return collect_garbage(open_store(settings), Retention.from_settings(settings, manifest),
+        return collect_garbage(open_store(settings), retention,
                                now=now or datetime.now(UTC), redis=client, dry_run=dry_run)
     finally:
         if client is not None:

@@ -13,6 +13,8 @@ def sniff(head: bytes) -> str | None:
         return "image/jpeg"
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
+    if head.startswith((b"GIF87a", b"GIF89a")):  # named, so a refusal can say what it is
+        return "image/gif"
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "image/webp"
     if head[:4] in (b"II*\x00", b"MM\x00*"):

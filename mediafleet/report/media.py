@@ -20,6 +20,9 @@ PAGE_JPEG_QUALITY = 70
 _MAX_IMAGE_SIDE = 2000
 _BROWSER_IMAGES = ("image/png", "image/jpeg", "image/webp", "image/bmp")
 _WAVE_RATE = 8000
+# A page whose channels never differ by more than this is drawn in grey (anti-aliasing of black
+# text on white stays below it).
+_GREY_SPREAD = 24
 
 
 def data_uri(data: bytes, media_type: str) -> str:
@@ -31,23 +34,32 @@ def page_scale(page_count: int) -> float:
     page for long ones so a 900-page report stays a file a browser opens in seconds."""
     if page_count <= 50:
         return 1.5
-    if page_count <= 300:
+    if page_count <= 200:
         return 1.0
-    return 0.75
+    return 0.6
 
 
 def page_images(path: Path, pages: list[int], scale: float) -> Iterator[tuple[int, str]]:
     """``(page number, JPEG data URI)`` for each 1-based page in ``pages``, one page in memory at a time.
 
     The page is rendered as displayed (its rotation applied), the space the loci are in.
+    A page with no colour (text, most scans) is a greyscale PNG, about half the bytes of a JPEG
+    of the same text and sharper; a page with colour is a JPEG.
     """
+    import numpy as np
     import pymupdf
 
     with pymupdf.open(path) as doc:
         matrix = pymupdf.Matrix(scale, scale)
         for number in pages:
             pix = doc[number - 1].get_pixmap(matrix=matrix, alpha=False)
-            yield number, data_uri(pix.tobytes("jpeg", jpg_quality=PAGE_JPEG_QUALITY), "image/jpeg")
+            rgb = np.frombuffer(pix.samples, dtype=np.uint8).reshape(pix.height, pix.width, pix.n)[..., :3]
+            spread = rgb.max(axis=2).astype(np.int16) - rgb.min(axis=2)
+            if int(spread.max(initial=0)) <= _GREY_SPREAD:
+                grey = pymupdf.Pixmap(pymupdf.csGRAY, pix)
+                yield number, data_uri(grey.tobytes("png"), "image/png")
+            else:
+                yield number, data_uri(pix.tobytes("jpeg", jpg_quality=PAGE_JPEG_QUALITY), "image/jpeg")
 
 
 def image_pages(path: Path, media_type: str, count: int) -> list[str]:

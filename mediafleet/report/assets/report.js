@@ -238,27 +238,33 @@
 
   // ----- #measure: where each locus was drawn, in the artifact's units -----
   if (flags.has("measure")) {
-    const r = (e) => e.getBoundingClientRect();
+    // Positions are relative to the frame's padding box (where absolute children are placed).
+    const inner = (f) => { const b = f.getBoundingClientRect(); return { left: b.left + f.clientLeft, top: b.top + f.clientTop, width: f.clientWidth, height: f.clientHeight }; };
     let n = 0;
     for (const e of document.querySelectorAll("[data-locus]")) {
-      const kind = e.dataset.kind;
-      let drawn;
+      const kind = e.dataset.kind, b = e.getBoundingClientRect();
+      let drawn, per;
       if (e.classList.contains("sheet")) {
-        const b = r(e), w = +e.dataset.w;
-        drawn = [0, 0, w, b.height * w / b.width];
+        const w = +e.dataset.w;
+        per = w / b.width;
+        drawn = [0, 0, w, b.height * per];
       } else if (e.classList.contains("box")) {
-        const f = e.closest(".sheet"), fb = r(f), b = r(e);
+        const f = e.closest(".sheet"), fb = inner(f);
         const sx = +f.dataset.w / fb.width, sy = +f.dataset.h / fb.height;
+        per = Math.max(sx, sy);
         drawn = [(b.left - fb.left) * sx, (b.top - fb.top) * sy, b.width * sx, b.height * sy];
       } else if (e.closest(".track")) {
-        const f = e.closest(".track"), fb = r(f), b = r(e), per = +f.dataset.duration / fb.width;
+        const f = e.closest(".track"), fb = inner(f);
+        per = +f.dataset.duration / fb.width;
         drawn = kind === "frame_range" ? [(b.left - fb.left) * per] : [(b.left - fb.left) * per, (b.right - fb.left) * per];
-        e.dataset.pxPerUnit = String(1 / per);
       } else if (kind === "character_range") {
+        per = 0;
         drawn = [+e.dataset.start, +e.dataset.start + Array.from(e.textContent).length];
       }
-      if (drawn) { e.dataset.drawn = drawn.map((v) => +v.toFixed(3)).join(","); n += 1; }
+      if (drawn) { e.dataset.drawn = drawn.map((v) => +v.toFixed(3)).join(","); e.dataset.unitsPerPx = String(+per.toFixed(6)); n += 1; }
     }
     document.body.dataset.measured = String(n);
   }
+  // How long the page took to open (parse, this script, first layout): shown in the footer.
+  window.addEventListener("load", () => { document.body.dataset.loadedMs = String(Math.round(performance.now())); });
 })();
