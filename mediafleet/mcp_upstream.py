@@ -239,8 +239,8 @@ class Upstream:
             raise ValueError("an upstream is either a command (stdio) or a URL (streamable HTTP)")
         if command is not None:
             command = list(command)
-            if not command or not all(isinstance(part, str) and part for part in command):
-                raise ValueError("an upstream stdio command needs a program (non-empty strings)")
+            if not command or not command[0] or not all(isinstance(part, str) for part in command):
+                raise ValueError("an upstream stdio command is a program and its arguments, as strings")
             if headers:
                 raise ValueError("headers are for an HTTP upstream; a stdio upstream takes env")
             self.label = "stdio:" + PurePath(command[0]).name

@@ -159,6 +159,8 @@ def test_from_spec_reads_stdio_and_http() -> None:
     up = Upstream.from_spec("stdio:python -m 'some server' --flag=\"a b\"")
     assert up.command == ["python", "-m", "some server", "--flag=a b"] and up.url is None
     assert up.label == "stdio:python"
+    assert Upstream.from_spec("stdio:/opt/bin/server --name ''").command == ["/opt/bin/server", "--name", ""]
+    assert Upstream.from_spec("stdio:/opt/bin/server").label == "stdio:server"
     up = Upstream.from_spec("https://user:s3cret@mcp.example.org:8443/mcp?token=s3cret")
     assert up.url == "https://user:s3cret@mcp.example.org:8443/mcp?token=s3cret" and up.command is None
     assert up.label == "https://mcp.example.org:8443" and "s3cret" not in repr(up)
@@ -186,6 +188,9 @@ def test_an_upstream_is_one_transport() -> None:
         Upstream(url="http://127.0.0.1/mcp", env={"A": "b"})
     with pytest.raises(ValueError):
         Upstream(command=["x"], headers={"Authorization": "b"})
+    for command in ([], [""], ["x", 1]):
+        with pytest.raises(ValueError):
+            Upstream(command=command)  # type: ignore[arg-type]
 
 
 # -- a real upstream process ----------------------------------------------------------------------
