@@ -147,9 +147,11 @@ class LocalJobs:
             (folder / _STARTING).touch()
             if self.detached:
                 # Its own session: the caller killing this server (stdio, after each call) spares it.
-                subprocess.Popen([sys.executable, "-m", "mediafleet.localjobs", str(folder)],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 start_new_session=True, close_fds=True)
+                child = subprocess.Popen([sys.executable, "-m", "mediafleet.localjobs", str(folder)],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+                # Reaped if it ends while this server lives; if the server goes first, init reaps it.
+                threading.Thread(target=child.wait, daemon=True, name=f"reap-{folder.name}").start()
             else:
                 assert self._runner is not None, "a threaded LocalJobs needs a runner"
                 threading.Thread(target=_guarded, args=(self._runner, folder), daemon=True,
