@@ -10,6 +10,7 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v ffmpeg >/dev/null || missing+=(ffmpeg)
 command -v docker-compose >/dev/null || missing+=(docker-compose)  # validates docker/compose.yaml
+command -v chromium >/dev/null || missing+=(chromium)  # renders the HTML report in tests/test_report.py
 # PostgreSQL for the discovery index tests (they run their own server on a free loopback port).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
 if ((${#missing[@]})); then
