@@ -25,6 +25,7 @@ from contract.errors import CapabilityRefused, ErrorCode, InputRejected, Mediafl
 from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
 from contract.manifest import Capability, DeviceClass, Manifest, Modality
 from mediafleet.blobstore import BlobStore, open_store
+from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import JobRecord, JobStore
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
@@ -117,13 +118,14 @@ class _FleetJob(Job):
     """
 
     def __init__(self, app: Any, jobs: JobStore, capability: Capability, request: ExtractRequest,
-                 manifest: Manifest) -> None:
+                 manifest: Manifest, index_setting: str | None = None) -> None:
         super().__init__(request.job_id, request.action)
         self._app = app
         self._jobs = jobs
         self._capability = capability
         self._request = request
         self._manifest = manifest
+        self._index_setting = index_setting  # settings.discovery_index, for a join done here
 
     def record(self) -> JobRecord | None:
         return self._jobs.get(self.id)
@@ -218,7 +220,8 @@ class _FleetJob(Job):
         else:
             reported = self._lost(self._app.AsyncResult(part), speech.request if speech else self._part_request(part))
         if self._jobs.report_part(self.id, "speech", reported) == 0 or self._stuck():
-            join_parts(self._jobs, self.id, self._manifest)
+            if (joined := join_parts(self._jobs, self.id, self._manifest)) is not None:
+                index_finished(self._index_setting, joined, self._manifest)
         return self._finished()
 
     def _stuck(self) -> bool:
@@ -401,6 +404,7 @@ class Dispatcher:
         if self.in_process:
             outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
                                   progress=progress, clock=self._clock)
+            index_finished(self.settings.discovery_index, outcome, self.manifest)
             return _DoneJob(build_bundle(outcome, capability))
         return self._enqueue(request, capability, priority, keep_result_s, has_audio)
 
@@ -481,7 +485,7 @@ class Dispatcher:
         request, created = self._queue(request, capability, level, keep_s, speech_job=part.job_id if part else None)
         if created and part is not None:
             self._queue_part(part, level, keep_s)
-        return _FleetJob(self.app, self.jobs(), capability, request, self.manifest)
+        return _FleetJob(self.app, self.jobs(), capability, request, self.manifest, self.settings.discovery_index)
 
     def _queue(self, request: ExtractRequest, capability: Capability, level: int, keep_s: int,
                speech_job: str | None = None) -> tuple[ExtractRequest, bool]:
@@ -520,7 +524,8 @@ class Dispatcher:
         record = self.jobs().get(part.job_id)
         if record is not None and record.final and (outcome := record.outcome) is not None:
             if self.jobs().report_part(part.part_of.job_id, "speech", outcome) == 0:
-                join_parts(self.jobs(), part.part_of.job_id, self.manifest)
+                if (joined := join_parts(self.jobs(), part.part_of.job_id, self.manifest)) is not None:
+                    index_finished(self.settings.discovery_index, joined, self.manifest)
 
     def _result_of(self, job_id: str) -> Any:
         return self.app.AsyncResult(job_id)
@@ -550,7 +555,8 @@ class Dispatcher:
         if record is None:
             return None
         request = record.request
-        return _FleetJob(self.app, self.jobs(), self.manifest.capability(request.action), request, self.manifest)
+        return _FleetJob(self.app, self.jobs(), self.manifest.capability(request.action), request, self.manifest,
+                         self.settings.discovery_index)
 
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a job; returns its state afterwards (None for an unknown job)."""

@@ -20,6 +20,7 @@ from contract.errors import Cancelled, ErrorCode, PublicError
 from contract.jobs import ExtractRequest, JobState, Outcome
 from contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.blobstore import open_store
+from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
 from mediafleet.presence import Announcer
 from mediafleet.settings import Settings
@@ -80,40 +81,46 @@ def release_held(app: Celery, jobs: JobStore, manifest: Manifest, device: Device
     return released
 
 
-def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> None:
-    """Write the caller's outcome joined from the parts its record holds (the last reporter's work)."""
+def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Outcome | None:
+    """Write the caller's outcome joined from the parts its record holds (the last reporter's work);
+    returns it (None when there was nothing to join)."""
     record = jobs.get(job_id)
     if record is None or record.final:
-        return
+        return None
     video = record.part("video")
     if video is None:
-        return
-    jobs.finish(join(video, record.part("speech"), manifest))
+        return None
+    outcome = join(video, record.part("speech"), manifest)
+    jobs.finish(outcome)
+    return outcome
 
 
 def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome,
-           speech_job: str | None) -> None:
+           speech_job: str | None) -> Outcome | None:
     """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
 
     A job with a speech part (``speech_job``) reports as its ``video`` part and is finished by
     whichever of the two reports last; a failed video part finishes the job at once and cancels its
-    speech part. A speech part keeps its own record too (``mediafleet status`` shows it).
+    speech part. A speech part keeps its own record too (``mediafleet status`` shows it). Returns
+    the caller's final outcome when this report finished the caller's job, else None.
     """
     if request.part_of is not None:
         jobs.finish(outcome)
         if jobs.report_part(request.part_of.job_id, "speech", outcome) == 0:
-            join_parts(jobs, request.part_of.job_id, manifest)
-        return
+            return join_parts(jobs, request.part_of.job_id, manifest)
+        return None
     if speech_job is None:
         jobs.finish(outcome)
-        return
+        return outcome
     failed = outcome.status != "ok"
     left = jobs.report_part(request.job_id, "video", outcome, decides=failed)
     if failed:
         jobs.finish(outcome)
         jobs.cancel(speech_job)
-    elif left == 0:
-        join_parts(jobs, request.job_id, manifest)
+        return outcome
+    if left == 0:
+        return join_parts(jobs, request.job_id, manifest)
+    return None
 
 
 def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
@@ -226,7 +233,8 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
         else:
             outcome = run_request(req, manifest=manifest, store=store, device=settings.device, progress=progress,
                                   inline_parts=speech_job is None)
-        report(store_, manifest, req, outcome, speech_job)
+        if (finished := report(store_, manifest, req, outcome, speech_job)) is not None:
+            index_finished(settings.discovery_index, finished, manifest)
         return {"job_id": outcome.job_id, "status": outcome.status,
                 "error": outcome.error.code.value if outcome.error else None}
 
