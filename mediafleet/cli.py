@@ -136,6 +136,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="also set isError on failures (the callers' client raises on it and loses the error: "
                          "leave off for them)")
     mc.add_argument("--broker", help="serve from the fleet at this broker URL (default: the settings')")
+    mc.add_argument("--tools", metavar="LIST",
+                    help="comma-separated tools to serve (default all four: pdf_action, image_decode, transcribe_media, "
+                         "video_keyframes); under a catalog server's name, the ones the callers send there")
+    mc.add_argument("--upstream", metavar="SPEC",
+                    help="the real server of that name, 'stdio:<command line>' or an http(s):// URL: every call "
+                         "mediafleet does not serve (another tool, another action) is forwarded to it")
 
     gc = sub.add_parser("gc", help="delete blobs and results past the retention rule (README: Blob store)")
     gc.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
@@ -600,6 +606,20 @@ def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     if args.max_inline_bytes is not None and args.max_inline_bytes <= 0:
         print("mediafleet serve-mcp: --max-inline-bytes must be > 0", file=sys.stderr)
         return EXIT_USAGE
+    from mediafleet.mcp_server import TOOLS
+
+    served = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else list(TOOLS)
+    if not served or any(t not in TOOLS for t in served):
+        print(f"mediafleet serve-mcp: --tools takes some of {', '.join(TOOLS)}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.upstream is not None:
+        from mediafleet.mcp_upstream import Upstream
+
+        try:
+            Upstream.from_spec(args.upstream)
+        except ValueError as exc:
+            print(f"mediafleet serve-mcp: --upstream: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     # In-process jobs run in this process (HTTP) or its children (stdio): cap threads before any engine loads.
     from workers.engines import cap_threads
 
@@ -611,8 +631,9 @@ def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
 
     tools = SidecarTools(Dispatcher(settings, manifest=manifest),
                          max_inline_bytes=args.max_inline_bytes or DEFAULT_MAX_INLINE_BYTES, wait_s=args.wait,
-                         detached=not args.http)
-    serve(tools, http=args.http, host=args.host, port=args.port, errors_as_is_error=args.is_error)
+                         detached=not args.http, served=served)
+    serve(tools, http=args.http, host=args.host, port=args.port, errors_as_is_error=args.is_error,
+          upstream=args.upstream)
     return EXIT_OK
 
 

@@ -40,7 +40,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,12 +157,20 @@ class SidecarTools:
         detached: without a broker, run each job in its own process (a stdio server, which the
             caller kills after each call); False: in a thread of this process (an HTTP server).
         jobs_root: where in-process job folders live (default: beside the blob store).
+        served: the tools this server answers (default all four): under a catalog server's name,
+            only the ones the callers send there.
     """
 
     def __init__(self, dispatcher: Dispatcher, *, max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
-                 wait_s: float | None = None, detached: bool = True, jobs_root: Any = None) -> None:
+                 wait_s: float | None = None, detached: bool = True, jobs_root: Any = None,
+                 served: Iterable[str] | None = None) -> None:
         if max_inline_bytes <= 0:
             raise ValueError("max_inline_bytes must be > 0")
+        names = list(TOOLS) if served is None else list(served)
+        unknown = [name for name in names if name not in TOOLS]
+        if unknown or not names:
+            raise ValueError(f"the tools served are some of {', '.join(TOOLS)}")
+        self.served = {name: TOOLS[name] for name in names}
         self.dispatcher = dispatcher
         self.max_inline_bytes = max_inline_bytes
         self.wait_s = DEFAULT_WAIT_S if wait_s is None else wait_s
@@ -182,7 +190,7 @@ class SidecarTools:
     def describe(self) -> list[dict[str, Any]]:
         """Each tool's name, description and input schema (``additionalProperties: false``)."""
         out = []
-        for tool, action in TOOLS.items():
+        for tool, action in self.served.items():
             capability = self.dispatcher.manifest.capabilities.get(action)
             if capability is None:
                 state = "Not declared by the manifest in force: every call answers available: false."
@@ -235,7 +243,7 @@ class SidecarTools:
         return failure_response(error, bundle), True
 
     def _call(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        action = TOOLS.get(tool)
+        action = self.served.get(tool)
         if action is None:
             raise CapabilityRefused(f"there is no tool named {_shown(tool)} here")
         extra = set(arguments) - _ARGUMENTS
@@ -411,7 +419,7 @@ def _unreachable(exc: BaseException) -> bool:
 # -- the MCP layer ------------------------------------------------------------------------------
 
 
-def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False) -> Any:
+def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False, upstream: Any = None) -> Any:
     """The low-level MCP server for the four tools (the SDK's ``mcp.server.lowlevel.Server``).
 
     The low-level server is used, not ``MCPServer``, so argument checking and every error message
@@ -421,6 +429,11 @@ def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False) -> An
     client, fastmcp, raises on ``isError`` and they turn any exception into "sidecar
     unreachable", losing code and message); ``errors_as_is_error`` also sets ``isError``, for
     other MCP clients.
+
+    With an ``upstream`` (:class:`mediafleet.mcp_upstream.Upstream`), mediafleet stands in for a
+    catalog server under its name: a call is answered here only when it is one of the served tools
+    with its action; every other call (another tool, or another action of a shared action-routed
+    tool) is forwarded to the upstream verbatim, and the listing is the union.
     """
     import anyio
     import anyio.to_thread
@@ -433,9 +446,23 @@ def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False) -> An
     limiter: list[Any] = []
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(tools=listed)
+        if upstream is None:
+            return types.ListToolsResult(tools=listed)
+        from mediafleet.mcp_upstream import UpstreamUnavailable, merge_tools
+
+        try:
+            theirs = await upstream.list_tools()
+        except UpstreamUnavailable:
+            log.warning("the upstream cannot be reached: listing only mediafleet's tools")
+            theirs = []
+        return types.ListToolsResult(tools=merge_tools(listed, theirs, tools.served))
 
     async def call_tool(ctx: Any, params: Any) -> Any:
+        if upstream is not None:
+            from mediafleet.mcp_upstream import route
+
+            if route(params.name, params.arguments, tools.served) == "upstream":
+                return await upstream.call_tool(params.name, params.arguments)
         if not limiter:
             limiter.append(anyio.CapacityLimiter(1))
         response, failed = await anyio.to_thread.run_sync(tools.call, params.name, params.arguments,
@@ -466,7 +493,7 @@ def _http_body_limit(max_inline_bytes: int) -> int:
 
 
 def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
-          errors_as_is_error: bool = False) -> None:
+          errors_as_is_error: bool = False, upstream: str | None = None) -> None:
     """Serve until stdin closes (stdio) or the process is stopped (streamable HTTP at ``/mcp``).
 
     HTTP answers with plain JSON bodies (no SSE stream), so a large response is not cut by an SSE
@@ -474,12 +501,17 @@ def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", p
     """
     import anyio
 
-    server = build_server(tools, errors_as_is_error=errors_as_is_error)
+    forward = None
+    if upstream is not None:
+        from mediafleet.mcp_upstream import Upstream
+
+        forward = Upstream.from_spec(upstream, unavailable_is_error=False)
+    server = build_server(tools, errors_as_is_error=errors_as_is_error, upstream=forward)
     if not http:
         from mcp.server.stdio import stdio_server
 
         async def run_stdio() -> None:
-            async with stdio_server() as (read, write):
+            async with _held(forward), stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
 
         anyio.run(run_stdio)
@@ -491,4 +523,16 @@ def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", p
                                      max_request_body_size=_http_body_limit(tools.max_inline_bytes))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     print(f"mediafleet serve-mcp: streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
-    anyio.run(uvicorn.Server(config).serve)
+
+    async def run_http() -> None:
+        async with _held(forward):
+            await uvicorn.Server(config).serve()
+
+    anyio.run(run_http)
+
+
+def _held(upstream: Any) -> Any:
+    """The upstream's session for the server's life (nothing to hold without one)."""
+    import contextlib
+
+    return upstream if upstream is not None else contextlib.AsyncExitStack()

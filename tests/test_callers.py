@@ -318,3 +318,42 @@ def test_thread_settings_change_ids_exactly_where_they_can_change_evidence(tmp_p
     one, two = _ids_under(1, speech, tmp_path), _ids_under(2, speech, tmp_path)
     # Whisper's numbers depend on threads: the job and every locus id name them.
     assert one["job"] != two["job"] and not set(one["loci"]) & set(two["loci"])
+
+
+# -- under a catalog server's name ----------------------------------------------------------------
+
+def test_under_a_catalog_name_the_other_tools_are_forwarded(tmp_path: Path) -> None:
+    """``data-science-mcp`` pointed at mediafleet: image_decode and video_keyframes are ours, its
+    ``deep_train_predict`` (and any other action of a shared tool) still reaches the real server."""
+    upstream = f"stdio:{sys.executable} {ROOT / 'tests' / 'upstream_server.py'}"
+    env = server_env(tmp_path / "blobs")
+    with mcp_server(env, "--tools", "image_decode,pdf_action", "--upstream", upstream,
+                    log=tmp_path / "server.log") as caller:
+        names = set(caller.tools())
+        assert {"deep_train_predict", "pdf_action", "image_decode"} <= names
+        assert "transcribe_media" not in names and "video_keyframes" not in names
+        result = caller.portal.call(caller.session.call_tool, "deep_train_predict", {"values": [1, 2, 3.5]})
+        assert json.loads(result.content[0].text)["prediction"] == 6.5
+        merged = caller.portal.call(caller.session.call_tool, "pdf_action", {
+            "action": "merge_pdfs", "params_json": json.dumps({"files": ["a.pdf", "b.pdf"]})})
+        assert json.loads(merged.content[0].text) == {"count": 2, "merged": "a.pdf+b.pdf", "served_by": "upstream"}
+        pdf = text_pdf(1)
+        ours, failed = caller.call("pdf_action", params_of(pdf, hashlib.sha256(pdf).hexdigest(), "application/pdf"))
+        assert not failed and pdf_pages(ours)[0][0] == 1 and "bundle" in ours  # ocr_pdf stays ours
+        data = (SAMPLES / "notice.png").read_bytes()
+        image, failed = caller.call("image_decode", params_of(data, hashlib.sha256(data).hexdigest(), "image/jpeg"))
+        assert not failed and image_regions(image)
+
+
+def test_an_unreachable_upstream_answers_in_the_callers_channel(tmp_path: Path) -> None:
+    env = server_env(tmp_path / "blobs")
+    with mcp_server(env, "--upstream", f"stdio:{sys.executable} -c 'raise SystemExit(3)'",
+                    log=tmp_path / "server.log") as caller:
+        assert set(TOOL_NAMES) <= set(caller.tools())  # ours are still listed
+        result = caller.portal.call(caller.session.call_tool, "deep_train_predict", {"values": [1]})
+        answer = json.loads(result.content[0].text)
+        assert not result.is_error and answer["available"] is False
+        assert answer["error_code"] == "upstream_unavailable" and answer["retryable"] is True
+
+
+TOOL_NAMES = ("pdf_action", "image_decode", "transcribe_media", "video_keyframes")
