@@ -357,3 +357,22 @@ def test_an_unreachable_upstream_answers_in_the_callers_channel(tmp_path: Path) 
 
 
 TOOL_NAMES = ("pdf_action", "image_decode", "transcribe_media", "video_keyframes")
+
+
+def test_over_http_a_job_runs_in_a_thread_and_a_retry_attaches(tmp_path: Path) -> None:
+    """The long-lived HTTP server's way: the job runs in a thread of the server, past the call."""
+    from mediafleet.dispatch import Dispatcher
+    from mediafleet.mcp_server import SidecarTools
+
+    tools = SidecarTools(Dispatcher(Settings(blob_root=tmp_path / "blobs")), wait_s=0.05, detached=False)
+    data = (SAMPLES / "memo.opus").read_bytes()
+    arguments = {"action": "transcribe_segments", "params_json": json.dumps(
+        params_of(data, hashlib.sha256(data).hexdigest(), "audio/ogg"))}
+    first, failed = tools.call("transcribe_media", arguments)
+    assert failed and first["error_code"] == "timeout" and first["retryable"] is True
+    tools.wait_s = 120
+    second, failed = tools.call("transcribe_media", arguments)
+    third, failed_again = tools.call("transcribe_media", arguments)
+    assert not failed and not failed_again and audio_segments(second)
+    assert started_at(second) == started_at(third)
+    assert len([p for p in (tmp_path / "jobs").iterdir() if p.is_dir()]) == 1
