@@ -12,21 +12,24 @@ tool                          action                  capability of the manifest
 ``video_keyframes``           ``extract_keyframes``   video: shots and keyframes
 ============================  ======================  ==========================================
 
-Params: ``digest`` (``sha256:<hex>`` or the bare hex), ``media_type``, and either
+Params: ``digest`` (the callers' engine blob digest, or ``sha256:<hex>`` of the bytes: see
+:mod:`mediafleet.caller_digest`), ``media_type`` (a hint within a modality), and either
 ``artifact_b64`` (the bytes, standard base64) or ``blob_ref`` (``blob:<hex>``: an artifact the
 fleet's blob store already holds, for one too big to pass inline), plus the capability's declared
 options by name. Anything else is refused. The checks, in order, all before any work: the tool
-and action are known; the capability is declared (else ``available: false``); ``params_json`` is
-one JSON object with no unknown or repeated keys; the size implied by the base64 length is within
-the capability's and this server's inline limit (before decoding); the decoded bytes hash to
-``digest``. The dispatcher then sniffs the type (refusing a ``media_type`` that disagrees), checks
-the options against the manifest and runs the job in-process or on the fleet, per the settings.
+and action are known; the capability is declared; ``params_json`` is one JSON object with no
+unknown or repeated keys; the size implied by the base64 length is within the capability's and
+this server's inline limit (before decoding); the digest; then the dispatcher's checks (the
+type the bytes show, a claimed type of another modality refused; the options).
 
-A response is one JSON object, as the tool result's structured content and as its text: the
-callers' shape (see :mod:`adapters.caller`) and the full evidence bundle beside it (``bundle``).
-A refusal or failure is a tool result with ``isError: true`` whose ``error`` is a public-safe
-message (no paths, no library text, no stack trace); the bundle of a failed job records a
-``failed`` activity and no claim, so nothing reports it as ``ok``.
+A response is one JSON object, sent once as the tool result's text: the callers' shape (see
+:mod:`adapters.caller`) first, the full evidence bundle last (``bundle``), with the caller's
+claims recorded on it (:func:`adapters.bundle.with_claims`). A refusal or failure is the callers'
+own channel, ``available: false`` with ``error`` (``"<code>: <public message>"``): no paths, no
+library text, no stack trace; the bundle of a failed job records a ``failed`` activity and no
+claim, so nothing reports it as ``ok``. A call waits ``wait_s`` for its job, which goes on past
+it: a retried call attaches (on the fleet by job id; in-process through
+:mod:`mediafleet.localjobs`).
 """
 
 from __future__ import annotations
