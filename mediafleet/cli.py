@@ -348,6 +348,17 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         print(f"mediafleet extract: {exc}", file=sys.stderr)
         return EXIT_USAGE
     dispatcher = Dispatcher(settings, manifest=manifest)
+    try:
+        return _extract_all(queue, args, settings, manifest, dispatcher, options, status)
+    finally:
+        if not dispatcher.in_process:
+            _stop_waiting(dispatcher)
+
+
+def _extract_all(queue: list[Any], args: argparse.Namespace, settings: Any, manifest: Any, dispatcher: Any,
+                 options: dict[str, Any], status: int) -> int:
+    from mediafleet.inputs import Input, InputUnavailable, UsageError, open_input
+
     saved = _Saved(args.out if args.out else (Path.cwd() if args.report else None))
     for entry in queue:
         try:
@@ -369,8 +380,27 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         if outcome in (EXIT_UNREACHABLE, EXIT_INTERRUPTED):
             return outcome
         status = max(status, outcome)
-    _closing_lines(args, settings, manifest, dispatcher, saved)
+    if saved.shown:
+        _closing_lines(args, settings, manifest, dispatcher, saved)
     return status
+
+
+def _stop_waiting(dispatcher: Any) -> None:
+    """Let go of the results this process still waits on (a wait that timed out).
+
+    Celery's Redis backend keeps them until they are deleted; deleted at interpreter exit, they
+    would unsubscribe from Redis with the interpreter half gone and print a traceback.
+    """
+    if getattr(dispatcher, "_app", None) is None:  # nothing was sent
+        return
+    backend = dispatcher.app.backend
+    for mapping in getattr(backend, "_pending_results", ()):
+        for waiters in list(mapping.values()):
+            for result in list(waiters.values()):
+                try:
+                    backend.remove_pending_result(result)
+                except _unreachable():  # Redis went away: nothing left to unsubscribe from
+                    return
 
 
 EXIT_INTERRUPTED = 130
@@ -380,7 +410,7 @@ class _Saved:
     """Where ``--out``/``--report`` files go, and how many were written."""
 
     def __init__(self, folder: Path | None) -> None:
-        self.folder, self.bundles, self.reports = folder, 0, 0
+        self.folder, self.bundles, self.reports, self.shown = folder, 0, 0, 0
 
 
 def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest: Any, options: dict[str, Any],
@@ -439,6 +469,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         error = bundle.error
         why = f"{error.code.value}: {error.message}" if error is not None else "no reason given"
         print(f"mediafleet extract: {item.name}: failed: {why}", file=sys.stderr)
+    saved.shown += 1
     if args.json:
         sys.stdout.write(bundle.model_dump_json() + "\n")
     else:

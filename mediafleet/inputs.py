@@ -58,7 +58,9 @@ def _largest(manifest: Manifest) -> int:
 
 
 def _mib(n: int) -> str:
-    return f"{n / 2**30:.0f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+    if n >= 2**30:
+        return f"{n / 2**30:.0f} GiB"
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
 def _spool(read: Any, limit: int, name: str) -> tuple[IO[bytes], bytes]:
@@ -176,7 +178,9 @@ def _check_options(capability: Capability, options: Mapping[str, Any]) -> None:
         if rule is None:
             known = ", ".join(sorted(capability.options)) or "none"
             raise UsageError(f"-o {name}: {capability.action} has no option {name!r} (its options: {known})")
-        if not rule.allows(value):
+        # bool is an int in Python: 1 would pass as true; a boolean option takes true or false only.
+        boolean = rule.choices is not None and all(isinstance(c, bool) for c in rule.choices)
+        if not rule.allows(value) or (boolean and not isinstance(value, bool)):
             raise UsageError(f"-o {name}: {capability.action}'s {name} takes {describe_rule(rule)}, not {_value(value)}")
 
 

@@ -81,5 +81,7 @@ def test_cli_says_when_a_job_is_held_for_want_of_a_worker(fleet_env, tmp_path: P
     proc = subprocess.run([sys.executable, "-m", "mediafleet.cli", "extract", str(pdf), "--timeout", "2"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1
-    assert "held (no live worker for ocr_pdf on cpu)" in proc.stderr
-    assert "did not finish within the wait timeout" in proc.stderr
+    job_id = proc.stderr.split("job ", 1)[1].split()[0]
+    assert proc.stderr.splitlines()[0] == f"doc.pdf: job {job_id} held; follow it with: mediafleet status {job_id}"
+    assert "held: no live worker for ocr_pdf on cpu;" in proc.stderr
+    assert f"stopped waiting after 2 s; job {job_id} goes on" in proc.stderr and "Traceback" not in proc.stderr
