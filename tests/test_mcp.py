@@ -299,6 +299,8 @@ def test_pdf_action_on_the_corpus_pdf_matches_upstream_text(caller: Caller, corp
     assert not is_error, data
     pages = check_pdf_round_trip(data)
     expected = (corpus / "pdf" / "crazyones.txt").read_text(encoding="utf-8")
+    # upstream's text keeps ligature characters; the fleet reads them as their letters
+    expected = expected.translate({0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl"})
     assert re.sub(r"\s+", "", "".join(p["text"] for p in pages)) == re.sub(r"\s+", "", expected)
     assert (pages[0]["width"], pages[0]["height"]) == (612.0, 792.0)
     assert pages[0]["boxes"][0]["text"] == "The Crazy Ones"

@@ -12,6 +12,7 @@ from tests.media import encrypted_pdf, page_lines, text_pdf
 from workers.pdf.textlayer import extract_pdf
 
 LIMITS = Limits(max_bytes=10**9, max_pages=5000)
+_LIGATURES = {0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0xFB05: "st", 0xFB06: "st"}
 
 
 def _squash(text: str) -> str:
@@ -29,6 +30,8 @@ def _write(tmp_path: Path, data: bytes, name: str = "a.pdf") -> Path:
 def test_corpus_text_layer_equals_upstream_text_modulo_whitespace(corpus: Path, name: str) -> None:
     result = extract_pdf(corpus / "pdf" / f"{name}.pdf", PdfOptions(), LIMITS)
     expected = (corpus / "pdf" / f"{name}.txt").read_text(encoding="utf-8")
+    # upstream's text keeps ligature characters; the fleet reads them as their letters
+    expected = expected.translate(_LIGATURES)
     assert _squash("".join(p.text for p in result.pages)) == _squash(expected)
 
 
@@ -122,3 +125,60 @@ def test_large_pdf_is_read_page_by_page(tmp_path: Path) -> None:
     assert result.page_count == 2000 and len(result.pages) == 2000
     assert seen == list(range(1, 2001))
     assert result.pages[-1].boxes[0].text == page_lines(2000, 2)[0]
+
+
+def _typeset_pdf(lines: list[tuple[float, float, str]]) -> bytes:
+    """A page of ``lines`` (x, baseline y, text) set in an embedded Times with real ligature glyphs:
+    the text ``\\ufb01`` is drawn with the font's fi glyph and mapped back to U+FB01, as typesetters do."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    page = doc.new_page(width=400, height=300)
+    font = pymupdf.Font("tiro")
+    assert font.has_glyph(0xFB01) and font.has_glyph(0xFB03)
+    writer = pymupdf.TextWriter(page.rect)
+    for x, y, text in lines:
+        writer.append((x, y), text, font=font, fontsize=12)
+    writer.write_text(page)
+    data = doc.tobytes()
+    doc.close()
+    return data
+
+
+def test_ligature_glyphs_are_read_as_their_letters_with_the_same_boxes(tmp_path: Path) -> None:
+    import pymupdf
+
+    data = _typeset_pdf([(50, 50, "the \ufb01le and \ufb02ow of the o\ufb03ce"), (50, 80, "e\ufb00ort and ba\ufb04e")])
+    with pymupdf.open("pdf", data) as doc:  # the glyphs really are ligatures in the text layer
+        raw = doc[0].get_text("text", flags=pymupdf.TEXT_PRESERVE_LIGATURES)
+    assert "\ufb01" in raw and "\ufb03" in raw
+    page = extract_pdf(_write(tmp_path, data), PdfOptions(), LIMITS).pages[0]
+    assert [b.text for b in page.boxes] == ["the file and flow of the office", "effort and baffle"]
+    assert page.text == "the file and flow of the office\neffort and baffle"
+    assert not re.search("[\ufb00-\ufb06]", page.text)
+    # each line's box still spans its whole drawn line
+    with pymupdf.open("pdf", data) as doc:
+        drawn = [ln["bbox"] for b in doc[0].get_text("dict")["blocks"] for ln in b["lines"]]
+    for box, (x0, y0, x1, y1) in zip(page.boxes, drawn):
+        assert (box.x, box.y, box.x + box.width, box.y + box.height) == pytest.approx((x0, y0, x1, y1), abs=0.01)
+
+
+def test_hyphenation_and_soft_hyphens_read_as_a_reader_reads_them(tmp_path: Path) -> None:
+    data = _typeset_pdf([
+        (50, 50, "a long exam-"),
+        (50, 65, "ple of hyphen\xadation in a para\xad"),
+        (50, 80, "graph ends well-"),
+        (50, 95, "Known words stay apart"),
+        (50, 150, "far away-"),
+        (50, 200, "line after a gap"),
+    ])
+    page = extract_pdf(_write(tmp_path, data), PdfOptions(), LIMITS).pages[0]
+    # boxes keep what they cover: the drawn hyphens stay, the invisible soft hyphen goes
+    assert [b.text for b in page.boxes] == [
+        "a long exam-", "ple of hyphenation in a para-", "graph ends well-", "Known words stay apart",
+        "far away-", "line after a gap",
+    ]
+    assert page.text == (
+        "a long example of hyphenation in a paragraph ends well-\nKnown words stay apart\nfar away-\nline after a gap"
+    )
+    assert "\xad" not in page.text

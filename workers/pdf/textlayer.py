@@ -1,7 +1,11 @@
 """The PDF text layer with PyMuPDF: page sizes, page text and one box per text line.
 
 Lines are put in reading order (:mod:`workers.reading_order`) rather than content-stream order,
-and the page text is those lines joined by newlines, so text and boxes always agree.
+and the page text is those lines joined by newlines, so text and boxes always agree. The text is
+as a reader reads it: ligature glyphs are expanded (``\ufb01`` -> ``fi``, MuPDF splitting the glyph's
+box between the letters), a soft hyphen inside a line is dropped (it is invisible) and one at the
+end of a line is shown as the hyphen it is drawn as. In the page text, a word hyphenated across
+two lines is joined (:func:`page_text`); each line's box keeps the text it covers, hyphen included.
 
 Each page is routed (:mod:`workers.pdf.classify`): a page whose text layer is usable keeps this
 fast path; the others (scans, unmapped glyphs) are rendered and OCR'd (:mod:`workers.pdf.ocr_page`),
@@ -14,7 +18,7 @@ largest page, not the document (a 2,000-page PDF is never held whole).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +31,19 @@ from workers.pdf.mupdf import pymupdf
 from workers.reading_order import reading_order
 from workers.sink import BlobSink
 
-__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines"]
+__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines", "page_text"]
 
 EXTRACTOR = "mediafleet.pdf.textlayer"
 EXTRACTOR_VERSION = "2"
 
 ProgressFn = Callable[[int, int | None], None]
 
-# Text only (no image blocks), ligatures and whitespace as written, clipped to the media box.
-_TEXT_FLAGS = pymupdf.TEXT_PRESERVE_LIGATURES | pymupdf.TEXT_PRESERVE_WHITESPACE | pymupdf.TEXT_MEDIABOX_CLIP
+# Text only (no image blocks), whitespace as written, clipped to the media box. Without
+# TEXT_PRESERVE_LIGATURES MuPDF expands the ligatures U+FB00-U+FB06 into their letters.
+_TEXT_FLAGS = pymupdf.TEXT_PRESERVE_WHITESPACE | pymupdf.TEXT_MEDIABOX_CLIP
+_SOFT_HYPHEN = "\xad"
+# What a line-end hyphenation is drawn with: HYPHEN-MINUS and HYPHEN (a soft hyphen is shown as "-").
+_HYPHENS = ("-", "\u2010")
 
 
 def open_pdf(path: Path, limits: Limits) -> Any:
@@ -76,6 +84,8 @@ def page_lines(page: Any) -> Iterator[TextBox]:
     for block in content["blocks"]:
         for line in block.get("lines", ()):
             text = "".join(span["text"] for span in line["spans"])
+            if _SOFT_HYPHEN in text:
+                text = _soft_hyphens(text)
             if not text.strip():
                 continue
             x0, y0, x1, y1 = line["bbox"]
@@ -87,6 +97,57 @@ def page_lines(page: Any) -> Iterator[TextBox]:
             if right <= left or bottom <= top:
                 continue
             yield TextBox(text=text, x=left, y=top, width=right - left, height=bottom - top)
+
+
+def _soft_hyphens(text: str) -> str:
+    """A line's soft hyphens as a reader sees them: the last one (ending the line) is the hyphen
+    it is drawn as; any other is invisible and dropped."""
+    body = text.rstrip()
+    tail = text[len(body):]
+    if body.endswith(_SOFT_HYPHEN):
+        return body[:-1].replace(_SOFT_HYPHEN, "") + "-" + tail
+    return text.replace(_SOFT_HYPHEN, "")
+
+
+def _continues(line: TextBox, nxt: TextBox) -> bool:
+    """True when ``nxt`` is the next line of the same column as ``line``: below it, no more than a
+    line's height further down, and overlapping it horizontally."""
+    return (
+        nxt.y > line.y
+        and nxt.y - (line.y + line.height) < line.height
+        and nxt.x < line.x + line.width
+        and line.x < nxt.x + nxt.width
+    )
+
+
+def page_text(lines: Sequence[TextBox]) -> str:
+    """The page text of lines in reading order: joined by newlines, except a word hyphenated at
+    the end of a line, which is joined to its rest on the next line without the hyphen.
+
+    A line ends in a hyphenation when it ends with a letter and a hyphen (``-`` or U+2010) and the
+    next line of the same column starts with a lower-case letter (``exam-`` / ``ple`` gives
+    ``example``). A compound broken at its own hyphen (``well-`` / ``known``) reads the same way and
+    loses its hyphen in the page text; the line's box text keeps it.
+    """
+    if not lines:
+        return ""
+    parts = [lines[0].text]
+    for prev, line in zip(lines, lines[1:]):
+        head = prev.text.rstrip()
+        rest = line.text.lstrip()
+        if (
+            len(head) > 1
+            and head.endswith(_HYPHENS)
+            and head[-2].isalpha()
+            and rest[:1].islower()
+            and _continues(prev, line)
+        ):
+            parts[-1] = parts[-1].rstrip()[:-1]
+            parts.append(rest)
+        else:
+            parts.append("\n")
+            parts.append(line.text)
+    return "".join(parts)
 
 
 def _rect(box: TextBox) -> tuple[float, float, float, float]:
@@ -122,7 +183,7 @@ def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _
         width=rect.width,
         height=rect.height,
         rotation=page.rotation % 360,
-        text="\n".join(b.text for b in boxes),
+        text=page_text(boxes),
         path="text_layer",
         boxes=boxes,
     )
