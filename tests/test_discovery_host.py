@@ -353,6 +353,13 @@ def test_the_receipt_is_encrypted_and_names_digests_not_text(host: Host) -> None
                                     sealed.ciphertext))
 
 
+def test_the_host_state_is_readable_by_the_host_user_only(host: Host) -> None:
+    lease_id, credential = host.lease()
+    host.service.search(credential, lease_id, "quay")
+    files = sorted(host.folder.glob("host.db*"))
+    assert len(files) >= 2 and all(f.stat().st_mode & 0o077 == 0 for f in files)
+
+
 def test_a_receipt_key_readable_by_others_is_refused(tmp_path: Path) -> None:
     key = tmp_path / "k"
     create_key_file(key)

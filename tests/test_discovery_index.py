@@ -114,6 +114,16 @@ def test_empty_huge_and_wordless_queries_are_refused_before_any_search(query: st
     assert query not in refused.value.message or not query.strip()
 
 
+def test_a_unit_matches_when_it_holds_every_word_ranked_by_relevance(index: EvidenceIndex) -> None:
+    index.add_units(HARBOUR, [unit("bollard corrosion at the base", 0), unit("bollard paint", 1),
+                              unit("paint the bollard, then paint the fender", 2)])
+    assert sorted(texts(index, HARBOUR, "bollard paint")) == ["bollard paint", "paint the bollard, then paint the fender"]
+    assert texts(index, HARBOUR, "Paint bollard paint") == texts(index, HARBOUR, "bollard paint")
+    assert texts(index, HARBOUR, "bollard zeppelin") == []
+    scores = [n.score for n in index.search(HARBOUR, ["bollard"], 5)]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
+
+
 def test_a_scope_sees_only_its_own_units(index: EvidenceIndex) -> None:
     other = Scope("harbour", "north-quay")
     index.add_units(HARBOUR, [unit("bollard corrosion", 0)])

@@ -198,7 +198,7 @@ def test_the_tools_take_exactly_their_two_fields(host: Host) -> None:
             assert is_error and data["error_code"] == code, (tool, arguments, data)
             assert set(data) == {"error_code", "error"} and "qqqq" not in data["error"] and "etc" not in data["error"]
         # None of those counted an operation: the first real one is operation 1.
-        data, is_error = agent.call("discovery-search", {"lease_id": lid, "query": '"quay" OR NEAR(*)'})
+        data, is_error = agent.call("discovery-search", {"lease_id": lid, "query": '"QUAY" closed* ^(*'})
         assert not is_error and data["operations_used"] == 1 and data["evidence"]
 
 

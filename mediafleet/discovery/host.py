@@ -154,6 +154,7 @@ class LeaseHost:
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.touch(mode=0o600, exist_ok=True)  # before SQLite opens it: its -wal and -shm take this mode
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
@@ -162,7 +163,6 @@ class LeaseHost:
         self._db.execute("PRAGMA synchronous = FULL")  # a reservation is durable once committed
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.executescript(_SCHEMA)
-        path.chmod(0o600)
 
     def close(self) -> None:
         with self._lock:

@@ -64,7 +64,7 @@ class EvidenceIndex(Protocol):
         """The scope's change count (0 for a scope never written)."""
 
     def search(self, scope: Scope, terms: list[str], limit: int) -> list[Nomination]:
-        """Active units of ``scope`` matching any of the (folded) terms, best first, at most ``limit``."""
+        """Active units of ``scope`` holding every one of the (folded) terms, best first, at most ``limit``."""
 
     def load(self, scope: Scope, unit_ids: list[str]) -> dict[str, StoredUnit]:
         """The units of ``scope`` with these ids, active or not; ids not in the scope are absent."""

@@ -40,8 +40,8 @@ _LOCK_KEY = 0x6D66_6473  # one advisory lock serialises schema creation across h
 
 
 def tsquery_text(terms: list[str]) -> str:
-    """``'t1' | 't2' …``: each term a quoted lexeme (terms are word characters; quotes doubled anyway)."""
-    return " | ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
+    """``'t1' & 't2' …``: each term a quoted lexeme (terms are word characters; quotes doubled anyway)."""
+    return " & ".join("'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms)
 
 
 class PostgresIndex:

@@ -1,6 +1,7 @@
 """Text as the index matches it: NFKC and case folding, and a query reduced to plain terms.
 
-A unit keeps its original text; only the folded copy is indexed. A query is never passed to
+A unit keeps its original text; only the folded copy is indexed. A unit matches a query when it
+holds every word of the query (lexical, no stemming), ranked by BM25. A query is never passed to
 FTS5 or to PostgreSQL as syntax: it is folded the same way and cut into word terms (Unicode
 ``\\w`` runs), and each backend quotes those terms itself, so ``"``, ``*``, ``NEAR``, ``OR``,
 ``:`` or ``'`` in a query are just text.
