@@ -1,6 +1,6 @@
 """Discovery as an agent reaches it: a real MCP client session against ``mediafleet serve-discovery``.
 
-The host side runs through the real CLI (``index add`` of bundles from real extractions of the
+The host side runs through the real CLI, on a SQLite index and again on a PostgreSQL one (``index add`` of bundles from real extractions of the
 sample media, ``discovery key new``, ``discovery lease open/revoke``); the agent side is the MCP
 SDK's client, over stdio, over streamable HTTP with the credential as its bearer header, and
 through the stdio bridge to that HTTP endpoint. Answers are checked as an agent would read them.
@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -25,19 +26,23 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from contract import EvidenceBundle
 from tests.conftest import ROOT, free_port
-from tests.discovery_fixtures import SCANNED_WORDS, sample_bundles  # noqa: F401
+from tests.discovery_fixtures import SCANNED_WORDS, postgres_server, sample_bundles  # noqa: F401
 
 
 class Host:
-    """The host's CLI on one state folder."""
+    """The host's CLI on one state folder and one index."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, index_url: str) -> None:
         self.folder = folder
+        self.index = ["--index", index_url]
         self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEDIAFLEET_")},
                     "XDG_STATE_HOME": str(folder / "xdg")}
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "mediafleet.cli", *args, "--state", str(self.folder / "host.db")],
+        with_index = self.index if args[0] in ("index", "serve-discovery") or args[:3] == ("discovery", "lease", "open") \
+            else []
+        proc = subprocess.run([sys.executable, "-m", "mediafleet.cli", *args, "--state", str(self.folder / "host.db"),
+                               *with_index],
                               cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
         if check:
             assert proc.returncode == 0, proc.stderr[-2000:]
@@ -49,15 +54,21 @@ class Host:
         return json.loads(out.stdout)
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory, sample_bundles: dict[str, EvidenceBundle]) -> Host:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         sample_bundles: dict[str, EvidenceBundle]) -> Host:
+    """The sample evidence indexed through the CLI, in a SQLite file, then on the PostgreSQL server."""
     folder = tmp_path_factory.mktemp("discovery-host")
+    if request.param == "sqlite":
+        index_url = f"sqlite:{folder / 'index.db'}"
+    else:
+        index_url = request.getfixturevalue("postgres_server").database(f"mcp{uuid.uuid4().hex[:12]}")
     files = []
     for name, bundle in sample_bundles.items():
         path = folder / f"{name}.bundle.json"
         path.write_text(bundle.model_dump_json())
         files.append(str(path))
-    host = Host(folder)
+    host = Host(folder, index_url)
     host.cli("discovery", "key", "new")
     report = json.loads(host.cli("index", "add", *files, "--workspace", "harbour").stdout)
     assert report["bundles"] == len(files) and report["units_added"] > 20 and report["generation"] == len(files)
@@ -85,7 +96,7 @@ class Agent:
 def stdio_agent(host: Host, credential_file: str) -> Iterator[Agent]:
     params = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=host.env,
                                    args=["-m", "mediafleet.cli", "serve-discovery", "--credential-file", credential_file,
-                                         "--state", str(host.folder / "host.db")])
+                                         "--state", str(host.folder / "host.db"), *host.index])
     with open(host.folder / "stdio.log", "a") as errlog, start_blocking_portal() as portal, ExitStack() as stack:
         read, write = stack.enter_context(portal.wrap_async_context_manager(stdio_client(params, errlog=errlog)))
         session = stack.enter_context(portal.wrap_async_context_manager(ClientSession(read, write)))
@@ -99,7 +110,7 @@ def http_endpoint(host: Host) -> Iterator[str]:
     log = host.folder / "http.log"
     with open(log, "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "mediafleet.cli", "serve-discovery", "--http", "--port", str(port),
-                                 "--state", str(host.folder / "host.db")], cwd=ROOT, env=host.env, stdout=fh,
+                                 "--state", str(host.folder / "host.db"), *host.index], cwd=ROOT, env=host.env, stdout=fh,
                                 stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
