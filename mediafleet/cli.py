@@ -342,7 +342,9 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
                 print(f"mediafleet extract: {exc}", file=sys.stderr)
                 status = EXIT_FAILED
                 continue
-            check_input(item, manifest, args.action, options)
+            capability = check_input(item, manifest, args.action, options)
+            if capability is not None and capability.modality.value in _NEEDS_OPENCV:
+                _check_opencv()
             queue.append(item)
     except UsageError as exc:
         print(f"mediafleet extract: {exc}", file=sys.stderr)
@@ -385,6 +387,29 @@ def _extract_all(queue: list[Any], args: argparse.Namespace, settings: Any, mani
     return status
 
 
+_NEEDS_OPENCV = ("image", "video")
+
+
+def _check_opencv() -> None:
+    """Refuse at once, with the fix, when OpenCV is installed but cannot load for want of libGL.
+
+    rapidocr and scenedetect require ``opencv-python``, whose build needs the system's libGL; it
+    shares one ``cv2`` folder with ``opencv-python-headless``, and whichever pip installed last wins.
+
+    Raises:
+        UsageError: ``cv2`` is there but its library needs libGL, which this machine lacks.
+    """
+    from mediafleet.inputs import UsageError
+
+    try:
+        import cv2  # noqa: F401
+    except ImportError as exc:
+        if "libGL" in str(exc):
+            raise UsageError("OpenCV cannot load: the opencv-python build needs the system's libGL, which this "
+                             "machine lacks; put the headless build over it: .venv/bin/pip install --no-deps "
+                             "--force-reinstall opencv-python-headless (or install libgl1)") from None
+
+
 def _stop_waiting(dispatcher: Any) -> None:
     """Let go of the results this process still waits on (a wait that timed out).
 
@@ -424,6 +449,8 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
     from workers.app import PROGRESS_UNITS
 
     capability = check_input(item, manifest, args.action, options)
+    if capability is not None and capability.modality.value in _NEEDS_OPENCV:
+        _check_opencv()
     unit = PROGRESS_UNITS.get(capability.modality.value, "items") if capability else "items"
     show = _Progress(item.name, unit, enabled=sys.stderr.isatty())
     job = None
@@ -498,7 +525,8 @@ def _closing_lines(args: argparse.Namespace, settings: Any, manifest: Any, dispa
     if saved.bundles or saved.reports:
         what = " and ".join(filter(None, [f"{saved.bundles} bundle(s) with provenance" if saved.bundles else "",
                                            f"{saved.reports} report page(s)" if saved.reports else ""]))
-        notes.append(f"wrote {what} into {saved.folder}")
+        where = "the current directory" if saved.folder == Path.cwd() else str(saved.folder)
+        notes.append(f"wrote {what} into {where}")
     elif not args.json:
         notes.append("nothing was written: --json prints each bundle, --out DIR saves bundles and provenance, "
                      "--report writes a page showing the evidence on each file")

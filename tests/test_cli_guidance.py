@@ -385,3 +385,42 @@ def test_every_option_has_help(command: str) -> None:
     for action in parser._actions:
         assert action.help, f"{command} {action.option_strings or action.dest} has no help"
     assert subcommands.choices[command].format_help()
+
+
+def _gui_opencv_active() -> bool:
+    """True when the cv2 in use is opencv-python's build (the one that needs libGL)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cv2")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    libs = list(Path(next(iter(spec.submodule_search_locations))).glob("cv2*.so"))
+    if not libs:
+        return False
+    ldd = subprocess.run(["ldd", str(libs[0])], capture_output=True, text=True)
+    return "libGL.so" in ldd.stdout
+
+
+def _libgl() -> Path | None:
+    for folder in ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        if (Path(folder) / "libGL.so.1").exists():
+            return Path(folder) / "libGL.so.1"
+    return None
+
+
+@pytest.mark.skipif(not _gui_opencv_active(), reason="the active cv2 is the headless build: nothing to refuse")
+def test_without_libgl_the_first_command_names_the_fix(tmp_path: Path) -> None:
+    """What a machine without libGL sees when opencv-python's cv2 won (libGL hidden by a bind mount
+    of /dev/null in a private mount namespace)."""
+    libgl = _libgl()
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if libgl is None or probe.returncode != 0:
+        pytest.skip("cannot hide libGL here (needs root and unshare)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIAFLEET_")}
+    env["MEDIAFLEET_BLOB_ROOT"] = str(tmp_path / "blobs")
+    script = (f"mount --bind /dev/null {libgl} && exec {sys.executable} -m mediafleet.cli extract "
+              f"{SAMPLE['harbour-report.pdf']} {SAMPLE['notice.png']}")
+    proc = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert_mistake(proc, tmp_path, "OpenCV cannot load: the opencv-python build needs the system's libGL",
+                   "pip install --no-deps --force-reinstall opencv-python-headless")

@@ -178,3 +178,14 @@ def test_text_from_the_artifact_cannot_inject_markup(sample_bundles: dict[str, E
     dom = dump_dom(_report(bundle.model_copy(update={"nodes": nodes}), fleet, tmp_path), "measure")
     assert not elements(dom, "onerror")
     assert dom.count('data-kind="image_region"') == 4 and "onerror=alert(1)" in dom  # shown, as text
+
+
+def test_a_link_to_one_locus_opens_it(sample_bundles: dict[str, EvidenceBundle], fleet: Dispatcher,
+                                      tmp_path: Path) -> None:
+    bundle = sample_bundles["harbour-report.pdf"]
+    wanted = [locus_id for locus_id, a, _ in _evidence(bundle) if a["kind"] == "image_region"][-1]  # page 2
+    dom = dump_dom(_report(bundle, fleet, tmp_path), f"locus={wanted}")
+    (picked,) = [e for e in elements(dom, "data-locus") if "picked" in e.attrs.get("class", "").split()]
+    assert picked.attrs["data-locus"] == wanted
+    panel = re.search(r'<aside id="mf-info"[^>]*>(.*?)</aside>', dom, re.S)
+    assert panel and "hidden" not in panel.group(0).split(">")[0] and wanted in panel.group(1)

@@ -2,11 +2,14 @@
 // libraries. Every locus is one element carrying data-locus (its id) and data-kind, placed in
 // fractions of its page or time line, so it lands on its coordinates at any size.
 // Hash flags: #all draws every page at once (as printing does); #measure also writes each locus's
-// drawn position back in the artifact's units (data-drawn), which the tests read.
+// drawn position back in the artifact's units (data-drawn), which the tests read; #locus=<id> opens
+// that locus (a link to one piece of evidence).
 "use strict";
 (function () {
   const D = JSON.parse(document.getElementById("mf-data").textContent);
   const flags = new Set(location.hash.replace(/^#/, "").split(",").filter(Boolean));
+  const wanted = Array.from(flags).find((f) => f.startsWith("locus="));
+  const byId = new Map();
   const root = document.getElementById("mf-report");
   const pending = [];
 
@@ -48,6 +51,7 @@
     info.removeAttribute("hidden");
   }
   function mark(e, locus, extra) {
+    byId.set(locus.id, locus);
     e.dataset.locus = locus.id;
     e.dataset.kind = locus.kind;
     e.title = hover(locus);
@@ -227,7 +231,7 @@
   // ----- lazy drawing of pages -----
   const sheets = Array.from(document.querySelectorAll(".sheet"));
   const drawAll = () => { for (const s of sheets) s._fill && s._fill(); };
-  if (flags.has("all") || flags.has("measure") || !("IntersectionObserver" in window)) drawAll();
+  if (flags.has("all") || flags.has("measure") || wanted || !("IntersectionObserver" in window)) drawAll();
   else {
     const io = new IntersectionObserver((entries) => {
       for (const en of entries) if (en.isIntersecting) { en.target._fill && en.target._fill(); io.unobserve(en.target); }
@@ -264,6 +268,11 @@
       if (drawn) { e.dataset.drawn = drawn.map((v) => +v.toFixed(3)).join(","); e.dataset.unitsPerPx = String(+per.toFixed(6)); n += 1; }
     }
     document.body.dataset.measured = String(n);
+  }
+  if (wanted) {
+    const id = decodeURIComponent(wanted.slice("locus=".length));
+    const e = document.querySelector(`[data-locus="${CSS.escape(id)}"]`);
+    if (e) { e.classList.add("picked"); e.scrollIntoView({ block: "center" }); show(byId.get(id)); }
   }
   // How long the page took to open (parse, this script, first layout): shown in the footer.
   window.addEventListener("load", () => { document.body.dataset.loadedMs = String(Math.round(performance.now())); });
