@@ -96,7 +96,7 @@ def queries(count: int, seed: int = 16) -> dict[str, list[str]]:
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return {"p50_ms": round(statistics.median(ordered) * 1000, 2), "p99_ms": round(p99 * 1000, 2),
             "max_ms": round(ordered[-1] * 1000, 2), "queries": len(ordered)}
 

@@ -38,7 +38,6 @@ from mediafleet.discovery.index import EvidenceIndex
 from mediafleet.discovery.receipt import SealedReceipt
 from mediafleet.discovery.units import Unit, text_digest
 from tests.conftest import ROOT
-from tests.discovery_fixtures import index, postgres_server, sample_bundles  # noqa: F401
 
 HARBOUR = Scope("harbour")
 ANSWER_KEYS = ["format", "request_id", "generation", "status", "sufficiency", "channels", "evidence",
@@ -315,7 +314,7 @@ def test_inspect_refuses_units_that_are_not_ours(host: Host) -> None:
     foreign = units(1, "secret")[0].unit_id
     lease_id, credential = host.lease()
     for unit_id in (foreign, "eg:locus:" + "0" * 32, "eg:derivation:" + "0" * 32, "../../etc/passwd", "x"):
-        refused("unit_not_found", lambda: host.service.inspect(credential, lease_id, unit_id))
+        refused("unit_not_found", lambda unit_id=unit_id: host.service.inspect(credential, lease_id, unit_id))
 
 
 def test_a_superseded_unit_is_not_delivered(host: Host) -> None:
@@ -380,6 +379,8 @@ _CRASH = """
 import os, sys
 from pathlib import Path
 from mediafleet.discovery import DiscoveryService, LeaseHost, ReceiptKey, open_index
+
+pytest_plugins = ["tests.discovery_fixtures"]  # real sample bundles, a real PostgreSQL server
 folder = Path(sys.argv[1])
 def die(request):
     if request.stage == "deliver":
@@ -397,7 +398,7 @@ def test_a_reservation_survives_a_crash_and_is_never_reset_or_retried(host: Host
     url = (f"sqlite:{host.folder / 'index.db'}" if request.node.callspec.params["index"] == "sqlite"
            else _pg_url(index))
     crashed = subprocess.run([sys.executable, "-c", _CRASH, str(host.folder), url, credential, lease_id],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+                             cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert crashed.returncode == 17, crashed.stderr[-2000:]
     restarted = LeaseHost(host.state)
     lease = restarted.lease(lease_id)

@@ -12,11 +12,12 @@ import uuid
 import pytest
 
 from contract import EvidenceBundle
+from mediafleet.discovery.errors import DiscoveryError
 from mediafleet.discovery.index import EvidenceIndex, parse_index_url
 from mediafleet.discovery.text import MAX_QUERY_CHARS, fold, query_terms
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
-from mediafleet.discovery.errors import DiscoveryError
-from tests.discovery_fixtures import index, postgres_server, sample_bundles  # noqa: F401
+
+pytest_plugins = ["tests.discovery_fixtures"]  # real sample bundles, a real PostgreSQL server
 
 HARBOUR = Scope("harbour")
 

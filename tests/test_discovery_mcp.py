@@ -26,7 +26,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from contract import EvidenceBundle
 from tests.conftest import ROOT, free_port
-from tests.discovery_fixtures import SCANNED_WORDS, postgres_server, sample_bundles  # noqa: F401
+from tests.discovery_fixtures import SCANNED_WORDS
+
+pytest_plugins = ["tests.discovery_fixtures"]  # real sample bundles, a real PostgreSQL server
 
 
 class Host:
@@ -43,7 +45,7 @@ class Host:
             else []
         proc = subprocess.run([sys.executable, "-m", "mediafleet.cli", *args, "--state", str(self.folder / "host.db"),
                                *with_index],
-                              cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
+                              cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120, check=False)
         if check:
             assert proc.returncode == 0, proc.stderr[-2000:]
         return proc

@@ -128,7 +128,7 @@ Handler = Callable[[str, Mapping[str, Any] | None, Any], Awaitable[tuple[dict[st
 
 def build_server(handler: Handler) -> Any:
     """The low-level MCP server for the two tools; ``handler(tool, arguments, ctx)`` answers a call."""
-    import mcp.types as types
+    from mcp import types
     from mcp.server.lowlevel import Server
 
     listed = [types.Tool(**spec) for spec in tool_specs()]

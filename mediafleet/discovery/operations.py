@@ -27,7 +27,7 @@ from mediafleet.discovery.receipt import ReceiptKey
 from mediafleet.discovery.text import query_terms
 from mediafleet.discovery.units import text_digest
 
-__all__ = ["AuthorizationRequest", "Authorizer", "DiscoveryService", "NOMINATION_LIMIT", "allow_active_bindings"]
+__all__ = ["NOMINATION_LIMIT", "AuthorizationRequest", "Authorizer", "DiscoveryService", "allow_active_bindings"]
 
 log = logging.getLogger("mediafleet.discovery")
 
