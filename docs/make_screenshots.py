@@ -3,8 +3,8 @@ photograph it in headless Chromium (Debian's package), as tests/test_report.py r
 
     .venv/bin/python docs/make_screenshots.py
 
-Writes ``docs/report-pdf.png``, ``docs/report-audio.png`` and ``docs/report-video.png``, reduced
-to a 64-colour palette so each stays small.
+Writes ``docs/report-pdf.png``, ``docs/report-audio.png``, ``docs/report-video.png`` and
+``docs/report-video-speech.png``, reduced to a 64-colour palette so each stays small.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def main() -> None:
         shots = [
             ("report-pdf.png", "harbour-report.pdf, page 2 scanned", _mixed_pdf(), 900, 1000, "line"),
             ("report-audio.png", "memo.opus", samples[".opus"], 1000, 520, None),
-            ("report-video.png", "scenes.mp4", samples[".mp4"], 1000, 820, None),
+            ("report-video.png", "scenes.mp4", samples[".mp4"], 1000, 680, None),
+            ("report-video-speech.png", "speech.mp4", ROOT / "tests" / "data" / "speech.mp4", 1000, 800, None),
         ]
         for out_name, title, media, width, height, pick in shots:
             bundle = fleet.submit(media).bundle()

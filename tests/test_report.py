@@ -189,3 +189,14 @@ def test_a_link_to_one_locus_opens_it(sample_bundles: dict[str, EvidenceBundle],
     assert picked.attrs["data-locus"] == wanted
     panel = re.search(r'<aside id="mf-info"[^>]*>(.*?)</aside>', dom, re.S)
     assert panel and "hidden" not in panel.group(0).split(">")[0] and wanted in panel.group(1)
+
+
+def test_a_video_with_speech_has_its_transcript_under_the_shots(fleet: Dispatcher, tmp_path: Path) -> None:
+    bundle = fleet.submit(Path(__file__).parent / "data" / "speech.mp4").bundle()
+    assert bundle.status == "ok"
+    kinds = [a["kind"] for _, a, _ in _evidence(bundle)]
+    assert {"video_time_range", "frame_range", "audio_range"} <= set(kinds)
+    dom = dump_dom(_report(bundle, fleet, tmp_path, "speech.mp4"), "measure")
+    assert assert_every_locus_drawn(bundle, dom) == len(kinds)
+    assert '<video controls=""' in dom and 'class="wave"' in dom
+    assert f"Transcript: {kinds.count('audio_range')} segments" in dom

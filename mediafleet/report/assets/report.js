@@ -126,6 +126,8 @@
     let player = null;
     if (V.player) {
       player = el(V.video ? "video" : "audio", { controls: "", preload: "metadata", src: blob(V.player) });
+      const k = V.keyframes[0];  // the frame size, so the player has its shape before the video loads
+      if (V.video && k && k.width && k.height) player.style.aspectRatio = `${k.width} / ${k.height}`;
       sec.append(player);
     } else if (V.player_note) sec.append(el("p", { class: "note", text: "No player: " + V.player_note + "." }));
     let stopAt = null;
@@ -153,7 +155,8 @@
       for (const key of V.keyframes) {
         shots.append(mark(el("div", { class: "frame", style: `left:${pct(key.time_ms || 0, dur)}`, "data-frame": key.address.start_frame }), key, () => play(key.time_ms || 0)));
       }
-      sec.append(el("h2", { text: `${V.shots.length} shots, ${V.keyframes.length} keyframes` }), scale, shots);
+      const n = (k, one) => `${k} ${one}${k === 1 ? "" : "s"}`;
+      sec.append(el("h2", { text: `${n(V.shots.length, "shot")}, ${n(V.keyframes.length, "keyframe")}` }), scale, shots);
       const strip = el("div", { class: "strip" });
       for (const key of V.keyframes) {
         const cap = `shot ${key.shot} · frame ${key.address.start_frame} · ${ms(key.time_ms || 0)}` + (key.near_duplicate_of_frame ? ` · repeats frame ${key.near_duplicate_of_frame}` : "");
@@ -186,7 +189,7 @@
       const a = seg.address;
       speech.append(mark(el("div", { class: "range segment", style: `left:${pct(a.start_ms, dur)};width:${pct(a.end_ms - a.start_ms, dur)}` }), seg, () => play(a.start_ms, a.end_ms)));
     }
-    sec.append(el("h2", { text: V.segments.length ? `Transcript: ${V.segments.length} segments` : (V.video ? "No speech transcribed" : "No speech found") }));
+    sec.append(el("h2", { text: V.segments.length ? `Transcript: ${V.segments.length} segment${V.segments.length === 1 ? "" : "s"}` : (V.video ? "No speech transcribed" : "No speech found") }));
     if (!V.video) sec.append(scale);
     sec.append(speech);
     const list = el("ol", { class: "transcript" });
