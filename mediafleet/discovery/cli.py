@@ -37,61 +37,75 @@ def _state_dir() -> Path:
 
 
 def _host_options(parser: argparse.ArgumentParser, *, index: bool = True, key: bool = True) -> None:
-    parser.add_argument("--state", type=Path, help="the host's lease store (SQLite file)")
+    parser.add_argument("--state", type=Path,
+                        help="the host's lease store, a SQLite file (default $XDG_STATE_HOME/mediafleet/discovery/host.db)")
     if key:
-        parser.add_argument("--receipt-key", type=Path, help="the AES-256-GCM receipt key file (64 hex, mode 600)")
+        parser.add_argument("--receipt-key", type=Path,
+                            help="the AES-256-GCM receipt key file: 64 hex characters, mode 600 (default beside --state)")
     if index:
-        parser.add_argument("--index", help="sqlite:PATH or postgresql://... (default: the settings', else beside --state)")
+        parser.add_argument("--index", help="sqlite:PATH or postgresql://... (default: the MEDIAFLEET_DISCOVERY_INDEX "
+                                            "setting's URL, else index.db beside --state)")
+
+
+def _scope_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", required=True, help="the workspace of the scope (fixed by the host)")
+    parser.add_argument("--subject", default="default", help="the subject of the scope (default: default)")
 
 
 def add_commands(sub: Any) -> None:
     """Register ``index``, ``discovery`` and ``serve-discovery`` on ``mediafleet``'s subparsers."""
     ix = sub.add_parser("index", help="index evidence bundles for discovery (host side)")
-    ix_sub = ix.add_subparsers(dest="index_command", required=True)
-    add = ix_sub.add_parser("add", help="index the units of evidence bundles in a workspace")
-    add.add_argument("bundles", nargs="+", type=Path, help="bundle JSON files (mediafleet extract --json or --out)")
-    add.add_argument("--workspace", required=True)
-    add.add_argument("--subject", default="default")
-    add.add_argument("--index", help="sqlite:PATH or postgresql://... (default: the settings', else the host's)")
-    add.add_argument("--state", type=Path, help=argparse.SUPPRESS)
+    ix_sub = ix.add_subparsers(dest="index_command", required=True, metavar="COMMAND", help="add")
+    add = ix_sub.add_parser("add", help="index the text units of evidence bundles in a scope")
+    add.add_argument("bundles", nargs="+", type=Path,
+                     help="bundle JSON files (from mediafleet extract --out, or --json: one bundle per line)")
+    _scope_options(add)
+    _host_options(add, key=False)
 
     dc = sub.add_parser("discovery", help="the host contract: receipt key, leases, bindings, receipts")
-    dc_sub = dc.add_subparsers(dest="discovery_command", required=True)
-    key = dc_sub.add_parser("key", help="the receipt key")
-    key.add_argument("key_command", choices=["new"])
+    dc_sub = dc.add_subparsers(dest="discovery_command", required=True, metavar="COMMAND",
+                               help="key, lease, binding or receipt")
+    key = dc_sub.add_parser("key", help="create the receipt key")
+    key.add_argument("key_command", choices=["new"], help="new: 32 random bytes, written as hex with mode 600")
     _host_options(key, index=False)
     lease = dc_sub.add_parser("lease", help="open, revoke or show a lease")
-    lease_sub = lease.add_subparsers(dest="lease_command", required=True)
+    lease_sub = lease.add_subparsers(dest="lease_command", required=True, metavar="COMMAND",
+                                     help="open, revoke or show")
     opened = lease_sub.add_parser("open", help="open a lease for one binding and turn; prints it as JSON")
-    opened.add_argument("--workspace", required=True)
-    opened.add_argument("--subject", default="default")
-    opened.add_argument("--agent", default="agent")
+    _scope_options(opened)
+    opened.add_argument("--agent", default="agent", help="the agent of the binding (default: agent)")
     opened.add_argument("--turn", help="the turn this lease is for (default: the lease id)")
-    opened.add_argument("--ttl-s", type=float, required=True)
-    opened.add_argument("--max-operations", type=int, required=True)
-    opened.add_argument("--max-evidence", type=int, required=True)
-    opened.add_argument("--max-characters", type=int, default=100_000)
-    opened.add_argument("--credential-file", type=Path, help="where to write the credential (default: host state)")
-    opened.add_argument("--endpoint", help="a loopback serve-discovery --http URL the stdio bridge will reach")
+    opened.add_argument("--ttl-s", type=float, required=True, help="seconds until the lease expires")
+    opened.add_argument("--max-operations", type=int, required=True, help="how many tool calls the lease allows")
+    opened.add_argument("--max-evidence", type=int, required=True, help="how many evidence units it may deliver")
+    opened.add_argument("--max-characters", type=int, default=100_000,
+                        help="how many characters of evidence text it may deliver (default 100000)")
+    opened.add_argument("--credential-file", type=Path,
+                        help="where to write the binding's credential (default: credentials/<lease>.json beside "
+                             "--state); never inside a repository")
+    opened.add_argument("--endpoint", help="a loopback serve-discovery --http URL for the stdio bridge to reach")
     _host_options(opened, key=False)
-    for name, text in (("revoke", "revoke a lease (fails closed from now on)"), ("show", "print a lease as JSON")):
+    for name, text in (("revoke", "revoke a lease (its operations fail closed from now on)"),
+                       ("show", "print a lease and its operations as JSON")):
         cmd = lease_sub.add_parser(name, help=text)
-        cmd.add_argument("lease_id")
+        cmd.add_argument("lease_id", help="the lease id (mfl-...)")
         _host_options(cmd, index=False, key=False)
     binding = dc_sub.add_parser("binding", help="disable a binding")
-    binding.add_argument("binding_command", choices=["disable"])
-    binding.add_argument("binding_id")
+    binding.add_argument("binding_command", choices=["disable"], help="disable: every lease of it fails closed")
+    binding.add_argument("binding_id", help="the binding id (mfb-..., in the lease's JSON)")
     _host_options(binding, index=False, key=False)
     receipt = dc_sub.add_parser("receipt", help="decrypt and print one preparation receipt")
-    receipt.add_argument("receipt_command", choices=["show"])
-    receipt.add_argument("request_id")
+    receipt.add_argument("receipt_command", choices=["show"], help="show: decrypt with the receipt key, print JSON")
+    receipt.add_argument("request_id", help="the request id (host-request:discovery:N)")
     _host_options(receipt, index=False)
 
     sd = sub.add_parser("serve-discovery", help="serve discovery-search and discovery-inspect over MCP")
-    sd.add_argument("--credential-file", type=Path, help="stdio: the host-created credential file")
-    sd.add_argument("--http", action="store_true", help="streamable HTTP at http://HOST:PORT/mcp (loopback only)")
-    sd.add_argument("--host", default="127.0.0.1")
-    sd.add_argument("--port", type=int, default=8766)
+    sd.add_argument("--credential-file", type=Path, help="stdio: the credential file 'discovery lease open' wrote")
+    sd.add_argument("--http", action="store_true",
+                    help="streamable HTTP at http://HOST:PORT/mcp instead of stdio, each call's credential as its "
+                         "Authorization: Bearer header")
+    sd.add_argument("--host", default="127.0.0.1", help="the HTTP address: a loopback address only (default 127.0.0.1)")
+    sd.add_argument("--port", type=int, default=8766, help="the HTTP port (default 8766)")
     _host_options(sd)
 
 
@@ -129,7 +143,11 @@ def run(args: argparse.Namespace, settings: Any) -> int:
         return _discovery(args, settings)
     except DiscoveryError as exc:
         return _fail(exc.message)
-    except (ValueError, PermissionError, FileExistsError, FileNotFoundError) as exc:
+    except FileExistsError as exc:
+        return _fail(f"{exc.filename or 'the file'} exists already: it is never replaced")
+    except FileNotFoundError as exc:
+        return _fail(f"{exc.filename or 'a file'} does not exist")
+    except (ValueError, PermissionError) as exc:
         return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
