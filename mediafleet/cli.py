@@ -747,7 +747,7 @@ def _report(args: argparse.Namespace, settings: Any) -> int:
         return EXIT_USAGE
     store = open_store(settings)
     for bundle, title, folder in found:
-        name = title or f"artifact-{bundle.artifact.digest.removeprefix('sha256:')[:12]}"
+        name = title or "artifact"  # extract --json's lines do not name their file
         if output is None or output.is_dir():
             target = (output or folder) / report_file_name(name, bundle)
         else:
@@ -757,7 +757,7 @@ def _report(args: argparse.Namespace, settings: Any) -> int:
                 if inputs.artifact is None and bundle.status == "ok":
                     print(f"mediafleet report: {name}: the artifact is not in the blob store (`mediafleet gc` may have "
                           "deleted it): the loci are drawn without it; pass it with --artifact FILE", file=sys.stderr)
-                page = build_report(bundle, name, inputs)
+                page = build_report(bundle, title or f"artifact {bundle.artifact.digest[:19]}…", inputs)
         except ValueError as exc:
             print(f"mediafleet report: {name}: {exc}", file=sys.stderr)
             return EXIT_USAGE

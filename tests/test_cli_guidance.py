@@ -339,7 +339,7 @@ def test_report_writes_a_page_from_a_bundle_file(tmp_path: Path) -> None:
     piped = subprocess.run([sys.executable, "-m", "mediafleet.cli", "report", "-"], input=lines, capture_output=True,
                            env={**os.environ, "MEDIAFLEET_BLOB_ROOT": str(tmp_path / "blobs")}, cwd=here, timeout=300)
     assert piped.returncode == 0, piped.stderr
-    assert [p.name for p in here.iterdir()] == ["artifact-4416d514c7c7.4416d514c7c7.report.html"]
+    assert [p.name for p in here.iterdir()] == ["artifact.4416d514c7c7.report.html"]
 
 
 def test_report_mistakes(tmp_path: Path) -> None:
