@@ -69,9 +69,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mediafleet", description=__doc__.splitlines()[0],
+    parser = _Parser(prog="mediafleet",
+                     description="Turn PDFs, images, audio and video into located, provable evidence; run the "
+                                 "fleet's workers; show the evidence. `mediafleet COMMAND --help` for each command.",
                      epilog="Exit codes: 0 ok; 1 an artifact failed or could not be read; 2 a mistake in the "
-                            "command or settings (nothing was run); 3 the fleet cannot be reached.")
+                            "command or settings (nothing was run); 3 the fleet cannot be reached; 130 interrupted.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ex = sub.add_parser("extract", help="extract evidence from files (in-process unless a broker is set)",
