@@ -90,7 +90,8 @@ class OptionRule(_Strict):
     max: float | None = None
 
     def allows(self, value: object) -> bool:
-        if self.choices is not None and value not in self.choices:
+        # Exact JSON types: 1 and 0 are not true and false (Python's 1 == True), nor 1.0 the integer 1.
+        if self.choices is not None and not any(type(value) is type(c) and value == c for c in self.choices):
             return False
         if self.min is not None or self.max is not None:
             if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     mc = sub.add_parser("serve-mcp", help="serve the callers' four sidecar tools over MCP (stdio, or --http)")
     mc.add_argument("--http", action="store_true", help="streamable HTTP at http://HOST:PORT/mcp instead of stdio")
     mc.add_argument("--host", default="127.0.0.1", help="HTTP address (default loopback)")
-    mc.add_argument("--port", type=int, default=8765)
+    mc.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     mc.add_argument("--allow-remote", action="store_true",
                     help="allow a non-loopback --host (the server has no authentication of its own)")
     mc.add_argument("--max-inline-bytes", type=int,

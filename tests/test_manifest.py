@@ -112,3 +112,13 @@ def test_manifest_rejects_unknown_fields_and_mismatched_keys(manifest: Manifest)
     data["capabilities"]["other"] = data["capabilities"].pop("ocr_pdf")
     with pytest.raises(ValueError):
         Manifest.model_validate(data)
+
+
+def test_an_option_choice_matches_by_json_type_not_python_equality() -> None:
+    from contract.manifest import OptionRule
+
+    flags = OptionRule(choices=[True, False])
+    assert flags.allows(True) and flags.allows(False)
+    assert not flags.allows(1) and not flags.allows(0)  # 1 == True in Python, not in JSON
+    sizes = OptionRule(choices=[1, 2])
+    assert sizes.allows(2) and not sizes.allows(True) and not sizes.allows(2.0)
