@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="also write <name>.<digest>.report.html, a page showing every locus on the artifact "
                          "(into --out DIR, else the current directory)")
     ex.add_argument("--action", help="the callers' action (default: from the media type; `mediafleet manifest` lists them)")
-    ex.add_argument("--media-type", help="the type you claim; refused when the bytes disagree")
+    ex.add_argument("--media-type", help="the type you claim: a hint within a modality (the bytes run as what they "
+                    "are, the claim is recorded); refused when it names another modality")
     ex.add_argument("--option", "-o", action="append", type=_option, default=[], metavar="NAME=VALUE",
                     help="a capability option, VALUE as JSON or text (e.g. -o dpi=300 -o ocr=always); "
                          "repeatable; `mediafleet manifest` lists each action's options and their ranges")
