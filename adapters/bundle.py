@@ -12,12 +12,13 @@ from typing import Any
 
 from adapters.ids import canonical, locus_ref, ref, token
 from adapters.loci import LocusDraft, to_loci
+from adapters.nogc import collection_paused
 from adapters.prov import ProvFacts, prov_jsonld
 from adapters.verify import loci_valid
 from contract.bundle import BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
 from contract.errors import MediafleetError, PublicError
 from contract.jobs import Outcome
-from contract.locus import EvidenceLocus, LocusSubject
+from contract.locus import LocusSubject
 from contract.manifest import Capability
 
 __all__ = ["build_bundle", "refused_bundle", "with_claims"]
@@ -118,6 +119,11 @@ def build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
     The result is checked again here: a locus kind the capability does not declare fails the
     whole bundle (``undeclared_locus_kind``) rather than passing through.
     """
+    with collection_paused():  # tens of thousands of acyclic nodes for a long document
+        return _build_bundle(outcome, capability)
+
+
+def _build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
     art = outcome.artifact
     artifact = BundleArtifact(digest=art.digest, media_type=art.media_type, bytes=art.bytes, modality=art.modality)
     nodes, edges, occurrence_id, blob_id = _artifact_nodes(artifact)
@@ -145,12 +151,23 @@ def build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
         checks = {**outcome.checks, "locus_kinds_declared": True, "loci_valid": loci_valid(drafts)}
         claim_id = f"claim:{token('claim', derivation)}"
         confidences = [d.confidence for d in drafts if d.confidence is not None]
+        # Each envelope is EvidenceLocus(...).model_dump(mode="json") written out: its refs are
+        # well formed by construction (the subject, policy and derivation validated once here,
+        # each locus id a hash in the locus namespace) and its address was validated by the
+        # modality's mapping; so no envelope is validated again per locus (their regexes were the
+        # larger part of building a long document's bundle).
+        subject_json = subject.model_dump(mode="json")
         for index, draft in enumerate(drafts):
-            locus = EvidenceLocus(id=locus_ref(derivation, index), subject=subject, address=draft.address,
-                                  policy_ref=policy, derivation_ref=derivation)
-            evidence_id = f"evidence:{locus.id.rsplit(':', 1)[1]}"
+            locus_id = locus_ref(derivation, index)
+            evidence_id = f"evidence:{locus_id.rsplit(':', 1)[1]}"
             props: dict[str, Any] = {
-                "evidence_locus": locus.model_dump(mode="json"),
+                "evidence_locus": {
+                    "id": locus_id,
+                    "subject": dict(subject_json),
+                    "address": draft.address.model_dump(mode="json"),
+                    "policy_ref": policy,
+                    "derivation_ref": derivation,
+                },
                 "occurrence_id": occurrence_id,
                 "blob_ref": blob_id,
                 "locus_kind": draft.address.kind,
@@ -163,7 +180,7 @@ def build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
             nodes.append(Node(id=evidence_id, node_type="Evidence", properties=props))
             edges.append(Edge(source=evidence_id, target=occurrence_id, relationship="extractedFrom"))
             edges.append(Edge(source=evidence_id, target=claim_id, relationship="SUPPORTS"))
-            evidence_ids.append(locus.id)
+            evidence_ids.append(locus_id)
         nodes.append(
             Node(
                 id=claim_id,

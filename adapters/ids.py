@@ -48,5 +48,9 @@ def job_id(digest: str, action: str, extractor_version: str, options: Mapping[st
 
 
 def locus_ref(derivation: str, index: int) -> str:
-    """The ``index``-th locus of one derivation."""
-    return ref("locus", derivation, str(index))
+    """The ``index``-th locus of one derivation: ``ref("locus", derivation, str(index))``.
+
+    Built without :func:`opaque_ref`'s checks (one call per locus of a long document): the
+    namespace is the constant ``locus`` and the token a hex digest, so it is well formed.
+    """
+    return f"eg:locus:{token('locus', derivation, str(index))}"

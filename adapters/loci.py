@@ -11,6 +11,7 @@ from typing import Any
 from adapters.audio import audio_loci
 from adapters.drafts import Bounds, LocusDraft
 from adapters.image import image_loci
+from adapters.nogc import collection_paused
 from adapters.pdf import pdf_loci
 from adapters.video import video_loci
 
@@ -30,4 +31,5 @@ def to_loci(result: Any, document_id: str) -> list[LocusDraft]:
 
     ``document_id`` names the artifact in node properties (e.g. ``<document>:page<n>``).
     """
-    return _BY_KIND[result.kind](result, document_id)
+    with collection_paused():  # one draft per line of a long document, none in a cycle
+        return _BY_KIND[result.kind](result, document_id)

@@ -177,3 +177,39 @@ def test_prov_o_parses_as_rdf_with_the_facts(manifest: Manifest) -> None:
 
     turtle = to_turtle(bundle.prov)
     assert len(Graph().parse(data=turtle, format="turtle")) == len(g)
+
+
+def test_locus_envelopes_are_what_the_validated_model_gives(manifest: Manifest) -> None:
+    """The envelopes are written out without building EvidenceLocus per locus: each must still
+    be exactly what the validated model would dump, and its id the checked ref builder's."""
+    from adapters.ids import locus_ref, ref
+    from contract.locus import EvidenceLocus, is_opaque_ref
+
+    bundle = build_bundle(_outcome(), manifest.capability("ocr_pdf"))
+    envelopes = [n.properties["evidence_locus"] for n in bundle.nodes if n.node_type == "Evidence"]
+    assert len(envelopes) == 5  # two pages, one page text, two lines
+    for index, envelope in enumerate(envelopes):
+        assert EvidenceLocus.model_validate(envelope).model_dump(mode="json") == envelope
+        assert list(envelope) == ["id", "subject", "address", "policy_ref", "derivation_ref"]
+        assert envelope["id"] == locus_ref(envelope["derivation_ref"], index)
+        assert envelope["id"] == ref("locus", envelope["derivation_ref"], str(index)) and is_opaque_ref(envelope["id"])
+
+
+def test_building_a_bundle_pauses_the_cycle_collector_and_resumes_it(manifest: Manifest) -> None:
+    import gc
+
+    from adapters.nogc import collection_paused
+
+    seen: list[bool] = []
+    assert gc.isenabled()
+    with collection_paused():
+        seen.append(gc.isenabled())
+        with collection_paused():
+            seen.append(gc.isenabled())
+        seen.append(gc.isenabled())
+    assert seen == [False, False, False] and gc.isenabled()
+    with pytest.raises(RuntimeError), collection_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    build_bundle(_outcome(), manifest.capability("ocr_pdf"))
+    assert gc.isenabled()

@@ -182,3 +182,28 @@ def test_hyphenation_and_soft_hyphens_read_as_a_reader_reads_them(tmp_path: Path
         "a long example of hyphenation in a paragraph ends well-\nKnown words stay apart\nfar away-\nline after a gap"
     )
     assert "\xad" not in page.text
+
+
+def test_typeset_two_column_page_reads_title_then_each_column_then_the_folio(tmp_path: Path) -> None:
+    """A page typeset the way articles are: a title across the page, two justified columns of
+    running text (lines of the two columns at the same heights) and a page number."""
+    import pymupdf
+
+    left = " ".join(f"Left{i} evidence harbour ledger quartz orbit." for i in range(30))
+    right = " ".join(f"Right{i} falcon granite willow copper." for i in range(30))
+    title = "A Two-Column Article Title Across the Page"
+    doc = pymupdf.open()
+    page = doc.new_page(width=612, height=792)
+    font = pymupdf.Font("tiro")
+    writer = pymupdf.TextWriter(page.rect)
+    writer.append((72, 60), title, font=font, fontsize=16)
+    for rect, text in ((pymupdf.Rect(72, 90, 296, 720), left), (pymupdf.Rect(316, 90, 540, 720), right)):
+        assert writer.fill_textbox(rect, text, font=font, fontsize=10, align=pymupdf.TEXT_ALIGN_JUSTIFY) == []
+    writer.append((300, 760), "7", font=font, fontsize=10)
+    writer.write_text(page)
+    data = doc.tobytes()
+    doc.close()
+    result = extract_pdf(_write(tmp_path, data), PdfOptions(), LIMITS).pages[0]
+    assert result.text.split() == f"{title} {left} {right} 7".split()
+    columns = [b.x < 306 for b in result.boxes[1:-1]]
+    assert columns == sorted(columns, reverse=True) and 20 < columns.count(True) < len(columns) - 10

@@ -37,6 +37,16 @@ CASES = {
         [("a", 10, 0, 300, 12), ("b", 10, 11, 300, 23), ("c", 10, 22, 300, 34)],
         ["a", "b", "c"],
     ),
+    "ragged single column with a page number under it": (
+        [(f"l{i}", 72 + (i % 3) * 12, 80 + 14 * i, 300 + (i * 37) % 240, 92 + 14 * i) for i in range(8)]
+        + [("folio", 300, 760, 310, 770)],
+        [f"l{i}" for i in range(8)] + ["folio"],
+    ),
+    "two columns whose rows line up": (
+        [(f"L{i}", 72, 100 + 14 * i, 290, 112 + 14 * i) for i in range(4)]
+        + [(f"R{i}", 320, 100 + 14 * i, 540, 112 + 14 * i) for i in range(4)],
+        [f"L{i}" for i in range(4)] + [f"R{i}" for i in range(4)],
+    ),
     "empty": ([], []),
 }
 

@@ -73,6 +73,15 @@ def _best_cut(groups: list[list[_Item]], axis: int, min_part: float) -> tuple[fl
     return best
 
 
+def _one_column(items: list[_Item], overlap: float) -> bool:
+    """True when no subset of ``items`` can be cut into columns: every item spans the common
+    stretch ``[max x0, min x1]``, which is longer than ``overlap`` of the widest item, so any two
+    of them overlap along x by more than ``overlap`` of either and :func:`_groups` keeps them in
+    one column however the region is later cut into rows."""
+    common = min(it[2] for it in items) - max(it[0] for it in items)
+    return common > overlap * max(it[2] - it[0] for it in items)
+
+
 def reading_order(
     items: Sequence[T], rect: Callable[[T], Rect], *, overlap: float = 0.3, min_column: float = 0.1
 ) -> list[T]:
@@ -86,6 +95,12 @@ def reading_order(
             order.extend(it[4] for it in region)
             continue
         rows = _groups(region, 1, overlap)
+        if _one_column(region, overlap):
+            # Without a column anywhere below, the cuts only ever split between rows and end on
+            # single rows: the region reads row by row, each row left to right.
+            for row in rows:
+                order.extend(it[4] for it in sorted(row, key=lambda r: r[0]))
+            continue
         cols = _groups(region, 0, overlap)
         h = _best_cut(rows, 1, 0.0) if len(rows) > 1 else None
         v = _best_cut(cols, 0, min_column) if len(cols) > 1 else None

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from adapters.nogc import collection_paused
 from contract.common import ModelRef, Producer, TextBox
 from contract.errors import ErrorCode, InputRejected, LimitExceeded
 from contract.manifest import Limits
@@ -94,7 +95,7 @@ def page_lines(page: Any) -> Iterator[TextBox]:
             qx, qy = a * x1 + c * y1 + e, b * x1 + d * y1 + f
             left, right = max(min(px, qx), 0.0), min(max(px, qx), width)
             top, bottom = max(min(py, qy), 0.0), min(max(py, qy), height)
-            if right <= left or bottom <= top:
+            if not (right > left and bottom > top):  # NaN fails too
                 continue
             yield TextBox(text=text, x=left, y=top, width=right - left, height=bottom - top)
 
@@ -234,13 +235,14 @@ def extract_pdf(
         total = doc.page_count
         pages: list[PdfPage] = []
         ocr = _Ocr()
-        for index in range(total):
-            try:
-                pages.append(_read_page(doc, index, options, limits, ocr))
-            except (RuntimeError, ValueError) as exc:
-                raise InputRejected(f"page {index + 1} of the PDF cannot be read") from exc
-            if progress is not None:
-                progress(index + 1, total)
+        with collection_paused():  # every page's text dicts and boxes: none is in a cycle
+            for index in range(total):
+                try:
+                    pages.append(_read_page(doc, index, options, limits, ocr))
+                except (RuntimeError, ValueError) as exc:
+                    raise InputRejected(f"page {index + 1} of the PDF cannot be read") from exc
+                if progress is not None:
+                    progress(index + 1, total)
         models = ocr.engine.models(with_classifier=options.rotated_lines) if ocr.engine is not None else None
         threads = ocr.engine.threads if ocr.engine is not None else None
         return PdfResult(page_count=total, pages=pages, producer=producer(options, models, threads))
