@@ -31,7 +31,8 @@ from tests.conftest import ROOT, free_port
 
 SCANNED_WORDS = ("Breakwater", "inspection", "found", "cracked", "armour", "units")
 
-__all__ = ["SCANNED_WORDS", "PostgresServer", "index", "postgres_server", "sample_bundles", "scanned_page_pdf"]
+__all__ = ["SCANNED_WORDS", "PostgresServer", "index", "postgres_server", "sample_bundles", "scanned_page_pdf",
+           "scanned_words"]
 
 
 def _binary(name: str) -> str:
@@ -132,6 +133,12 @@ def scanned_page_pdf() -> bytes:
     out.close()
     src.close()
     return data
+
+
+@pytest.fixture
+def scanned_words() -> tuple[str, ...]:
+    """The words drawn on the scanned page (two lines: the first three, then the rest)."""
+    return SCANNED_WORDS
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import pytest
 
 from contract import EvidenceBundle
 from mediafleet.cli import _parser, main
+from tests.discovery_fixtures import sample_bundles  # noqa: F401
 
-pytest_plugins = ["tests.discovery_fixtures"]  # real sample bundles
 
 COMMANDS = ("index", "discovery", "serve-discovery")
 

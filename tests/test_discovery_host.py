@@ -38,6 +38,7 @@ from mediafleet.discovery.index import EvidenceIndex
 from mediafleet.discovery.receipt import SealedReceipt
 from mediafleet.discovery.units import Unit, text_digest
 from tests.conftest import ROOT
+from tests.discovery_fixtures import index, postgres_server, sample_bundles  # noqa: F401
 
 HARBOUR = Scope("harbour")
 ANSWER_KEYS = ["format", "request_id", "generation", "status", "sufficiency", "channels", "evidence",
@@ -379,8 +380,6 @@ _CRASH = """
 import os, sys
 from pathlib import Path
 from mediafleet.discovery import DiscoveryService, LeaseHost, ReceiptKey, open_index
-
-pytest_plugins = ["tests.discovery_fixtures"]  # real sample bundles, a real PostgreSQL server
 folder = Path(sys.argv[1])
 def die(request):
     if request.stage == "deliver":

@@ -16,8 +16,7 @@ from mediafleet.discovery.errors import DiscoveryError
 from mediafleet.discovery.index import EvidenceIndex, parse_index_url
 from mediafleet.discovery.text import MAX_QUERY_CHARS, fold, query_terms
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
-
-pytest_plugins = ["tests.discovery_fixtures"]  # real sample bundles, a real PostgreSQL server
+from tests.discovery_fixtures import index, postgres_server, sample_bundles  # noqa: F401
 
 HARBOUR = Scope("harbour")
 

@@ -26,9 +26,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from contract import EvidenceBundle
 from tests.conftest import ROOT, free_port
-from tests.discovery_fixtures import SCANNED_WORDS
-
-pytest_plugins = ["tests.discovery_fixtures"]  # real sample bundles, a real PostgreSQL server
+from tests.discovery_fixtures import postgres_server, sample_bundles, scanned_words  # noqa: F401
 
 
 class Host:
@@ -106,28 +104,38 @@ def stdio_agent(host: Host, credential_file: str) -> Iterator[Agent]:
         yield Agent(portal, session)
 
 
-@contextmanager
-def http_endpoint(host: Host) -> Iterator[str]:
+def start_http(host: Host) -> tuple[str, subprocess.Popen[bytes]]:
+    """``serve-discovery --http`` on a free port, listening; its URL and process."""
     port = free_port()
     log = host.folder / "http.log"
     with open(log, "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "mediafleet.cli", "serve-discovery", "--http", "--port", str(port),
                                  "--state", str(host.folder / "host.db"), *host.index], cwd=ROOT, env=host.env, stdout=fh,
                                 stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()[-2000:]
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "serve-discovery --http did not listen"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()[-2000:]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return f"http://127.0.0.1:{port}/mcp", proc
+        except OSError:
+            assert time.monotonic() < deadline, "serve-discovery --http did not listen"
+            time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@contextmanager
+def http_endpoint(host: Host) -> Iterator[str]:
+    url, proc = start_http(host)
+    try:
+        yield url
+    finally:
+        stop(proc)
 
 
 @contextmanager
@@ -167,7 +175,7 @@ def test_an_agent_finds_a_spoken_phrase_in_a_video_and_gets_its_time_frame(host:
         assert not is_error and inspected["evidence"] == [video] and inspected["operations_used"] == 2
 
 
-def test_an_agent_finds_a_word_of_a_scanned_page_and_gets_its_page_box(host: Host) -> None:
+def test_an_agent_finds_a_word_of_a_scanned_page_and_gets_its_page_box(host: Host, scanned_words: tuple[str, ...]) -> None:
     lease = host.lease()
     with stdio_agent(host, lease["credential_file"]) as agent:
         answer, is_error = agent.call("discovery-search", {"lease_id": lease["lease_id"], "query": "armour"})
@@ -178,7 +186,7 @@ def test_an_agent_finds_a_word_of_a_scanned_page_and_gets_its_page_box(host: Hos
     assert box["page"] == 1 and box["coordinate_space"] == "pdf_points_top_left"
     assert 0 <= box["x"] < box["x"] + box["width"] <= 595 and 0 <= box["y"] < box["y"] + box["height"] <= 842
     assert 130 <= box["y"] + box["height"] / 2 <= 190  # the second line, drawn at y = 170 points
-    assert set(SCANNED_WORDS[3:]) & set(scanned[0]["text"].split())
+    assert set(scanned_words[3:]) & set(scanned[0]["text"].split())
 
 
 # -- the two tools and nothing else --------------------------------------------------------------------------
@@ -262,6 +270,22 @@ def test_the_stdio_bridge_forwards_to_a_loopback_endpoint(host: Host) -> None:
             assert not is_error and any(e["text"] == "QUAY 4 CLOSED" for e in answer["evidence"])
             data, is_error = agent.call("discovery-search", {"lease_id": lease["lease_id"], "query": "x", "extra": 1})
             assert is_error and data["error_code"] == "invalid_request"
+
+
+def test_the_bridge_answers_host_unavailable_and_never_retries_when_the_endpoint_goes(host: Host) -> None:
+    url, proc = start_http(host)
+    try:
+        lease = host.lease("--endpoint", url, "--credential-file", str(host.folder / f"gone-{uuid.uuid4().hex}.json"))
+        with stdio_agent(host, lease["credential_file"]) as agent:
+            _, is_error = agent.call("discovery-search", {"lease_id": lease["lease_id"], "query": "QUAY"})
+            assert not is_error
+            stop(proc)
+            data, is_error = agent.call("discovery-search", {"lease_id": lease["lease_id"], "query": "QUAY"})
+            assert is_error and data["error_code"] == "host_unavailable" and "127.0.0.1" not in data["error"]
+    finally:
+        stop(proc)
+    shown = json.loads(host.cli("discovery", "lease", "show", lease["lease_id"]).stdout)
+    assert shown["used"]["operations"] == 1  # the failed call was not retried behind the agent's back
 
 
 def test_serving_refuses_a_remote_address_and_an_untrusted_credential_file(host: Host, tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ _DESCRIPTIONS = {
                         "does not mean the evidence is absent.",
     "discovery-inspect": "One evidence unit of your lease's scope by its unit_id, with its located source.",
 }
+_BRIDGE_TIMEOUT_S = 120.0
 _FIELD_TEXT = {"lease_id": "the lease id the host gave you", "query": "words to look for",
                "unit_id": "a unit_id from a discovery answer"}
 
@@ -219,31 +220,33 @@ def serve_stdio(credential: str, *, tools: DiscoveryTools | None = None, endpoin
         anyio.run(run, _local_handler(tools, lambda ctx: credential))
         return
 
-    async def bridge() -> None:
+    url = check_loopback_url(endpoint or "")
+
+    async def forward(tool: str, arguments: Mapping[str, Any] | None, ctx: Any) -> tuple[dict[str, Any], bool]:
+        # One upstream session per call: a host endpoint that goes away fails that call
+        # (host_unavailable), never the bridge, and nothing is retried behind the agent's back.
         import httpx2
         from mcp import ClientSession
         from mcp.client.streamable_http import streamable_http_client
 
-        url = check_loopback_url(endpoint or "")
-        async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential}"}, timeout=60.0) as http,
-                    streamable_http_client(url, http_client=http) as (up_read, up_write),
-                    ClientSession(up_read, up_write) as upstream):
-            await upstream.initialize()
-
-            async def forward(tool: str, arguments: Mapping[str, Any] | None, ctx: Any) -> tuple[dict[str, Any], bool]:
-                try:
-                    check_arguments(tool, arguments)
+        try:
+            check_arguments(tool, arguments)
+        except DiscoveryError as exc:
+            return exc.public(), True
+        try:
+            with anyio.fail_after(_BRIDGE_TIMEOUT_S):
+                async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential}"},
+                                               timeout=_BRIDGE_TIMEOUT_S) as http,
+                            streamable_http_client(url, http_client=http) as (up_read, up_write),
+                            ClientSession(up_read, up_write) as upstream):
+                    await upstream.initialize()
                     result = await upstream.call_tool(tool, dict(arguments or {}))
-                except DiscoveryError as exc:
-                    return exc.public(), True
-                except Exception as exc:  # noqa: BLE001 - the host endpoint failed: a fixed public message
-                    log.warning("discovery bridge: the host endpoint failed: %s", type(exc).__name__)
-                    return DiscoveryError(Refusal.HOST_UNAVAILABLE).public(), True
-                data = result.structured_content
-                if not isinstance(data, dict):
-                    return DiscoveryError(Refusal.INTERNAL_ERROR).public(), True
-                return data, bool(result.is_error)
+        except Exception as exc:  # noqa: BLE001 - the host endpoint failed: a fixed public message
+            log.warning("discovery bridge: the host endpoint failed: %s", type(exc).__name__)
+            return DiscoveryError(Refusal.HOST_UNAVAILABLE).public(), True
+        data = result.structured_content
+        if not isinstance(data, dict):
+            return DiscoveryError(Refusal.INTERNAL_ERROR).public(), True
+        return data, bool(result.is_error)
 
-            await run(forward)
-
-    anyio.run(bridge)
+    anyio.run(run, forward)
