@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's second command: install what the tests need, then run the whole suite.
-#   Debian: redis-server and postgresql (the tests start their own on free loopback ports), ffmpeg, docker-compose.
+#   Debian: redis-server and postgresql (the tests start their own on free loopback ports), ffmpeg, espeak-ng, docker-compose.
 #   Python: this package with every extra, into ./.venv.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # speech made at run time in tests/test_audio_sentences.py
 command -v docker-compose >/dev/null || missing+=(docker-compose)  # validates docker/compose.yaml
 command -v chromium >/dev/null || missing+=(chromium)  # renders the HTML report in tests/test_report.py
 # PostgreSQL for the discovery index tests (they run their own server on a free loopback port).

@@ -8,8 +8,11 @@ by faster-whisper's ``BatchedInferencePipeline`` (given the windows as ``clip_ti
 decodes exactly them). What is held at any time is a block, the speech not yet packed and one
 batch of windows, whatever the recording's length.
 
-Segments: with word timestamps (the default) a window's text is cut into segments after each
-sentence-ending word and at pauses of a second or more; without them a window is one segment.
+Segments: with word timestamps (the default) a window's text is cut into segments after each word
+that ends a sentence (:func:`workers.audio.sentences.ends_sentence`: not after "Mr.", "e.g." or
+"etc. and") and at pauses of a second or more, and a window's first segment continues the previous
+window's last when that one did not end a sentence and no such pause parts them (up to
+``_WINDOW_S`` long); without word timestamps a window is one segment.
 Times come back onto the recording through the window's speech regions, in integer milliseconds.
 Rules that keep every segment a valid AudioRange (documented in the README):
 
@@ -36,19 +39,25 @@ from contract.errors import CapabilityRefused, ErrorCode, InternalError
 from contract.manifest import Limits
 from workers.audio.decode import SAMPLE_RATE, SAMPLES_PER_MS, open_audio
 from workers.audio.model import Whisper, whisper
-from workers.audio.vad import FixedWindows, Samples, SpeechDetector, Window, WindowPacker
+from workers.audio.sentences import ends_sentence
+from workers.audio.vad import (
+    FixedWindows,
+    Samples,
+    SpeechDetector,
+    Window,
+    WindowPacker,
+)
 from workers.sink import BlobSink
 
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_audio"]
 
 EXTRACTOR = "mediafleet.audio.transcribe"
-EXTRACTOR_VERSION = "1"
+EXTRACTOR_VERSION = "2"
 
 ProgressFn = Callable[[int, int | None], None]
 
 _WINDOW_S = 30  # Whisper's input length
 _PAUSE_MS = 1000  # a pause this long between words starts a new segment
-_SENTENCE_END = (".", "?", "!", "…", "。", "？", "！")
 # The batched pipeline's VAD defaults (faster-whisper 1.2): windows never cut inside speech.
 _VAD = {"max_speech_duration_s": _WINDOW_S, "min_silence_duration_ms": 160}
 
@@ -188,7 +197,7 @@ class _Run:
                           "probability": _clip(float(word.probability), 0.0, 1.0)})
         groups: list[list[dict[str, Any]]] = []
         for word in words:
-            if (not groups or groups[-1][-1]["word"].strip().endswith(_SENTENCE_END)
+            if (not groups or ends_sentence(groups[-1][-1]["word"], word["word"])
                     or word["start_ms"] - groups[-1][-1]["end_ms"] >= _PAUSE_MS):
                 groups.append([])
             groups[-1].append(word)
@@ -200,7 +209,20 @@ class _Run:
             piece = _Piece(group[0]["start_ms"], group[-1]["end_ms"], text, logprob, no_speech, group)
             if piece.end_ms <= piece.start_ms and len(self.pieces) == first:
                 piece.start_ms, piece.end_ms = low, high  # nothing before it in this window to join
+            if len(self.pieces) == first and self._continues(piece):
+                self.pieces[-1].absorb(piece)  # the previous window stopped inside a sentence
+                continue
             self._add(piece)
+
+    def _continues(self, piece: _Piece) -> bool:
+        """Whether ``piece`` (a window's first) goes on with the sentence the last piece left open."""
+        if not self.pieces or not piece.words:
+            return False
+        previous = self.pieces[-1]
+        return (bool(previous.words) and not ends_sentence(previous.words[-1]["word"], piece.words[0]["word"])
+                and piece.start_ms - previous.end_ms < _PAUSE_MS
+                and piece.end_ms > previous.end_ms
+                and piece.end_ms - previous.start_ms <= _WINDOW_S * 1000)
 
     @staticmethod
     def _ms(window: Window, seconds: float) -> int:
