@@ -51,7 +51,8 @@ class PostgresServer:
     def __init__(self) -> None:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.folder = Path(tempfile.mkdtemp(prefix="mf-pg-"))
+        # As root the server runs as postgres, which must reach the folder: under /tmp, not $TMPDIR.
+        self.folder = Path(tempfile.mkdtemp(prefix="mf-pg-", dir="/tmp" if os.getuid() == 0 else None))
         self._as: dict[str, Any] = {}
         if os.getuid() == 0:
             try:
