@@ -15,7 +15,7 @@ from mediafleet.discovery.hook import parse_index_setting
 from mediafleet.discovery.index import open_index
 from mediafleet.discovery.text import fold, query_terms
 from mediafleet.discovery.units import Scope, units_from_bundle
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 from tests.media import text_pdf
 
 SAMPLE_PDF = ROOT / "mediafleet" / "samples" / "harbour-report.pdf"
@@ -58,10 +58,13 @@ def test_no_setting_no_index(tmp_path: Path) -> None:
     assert bundle.status == "ok" and list(tmp_path.rglob("*.db")) == []
 
 
-def test_an_index_that_cannot_be_written_never_fails_the_job(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_an_index_that_cannot_be_written_never_fails_the_job(kind: str, tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
-    settings = Settings(blob_root=tmp_path / "blobs", discovery_index=f"sqlite:{blocker / 'index.db'}#workspace=w")
+    url = f"sqlite:{blocker / 'index.db'}" if kind == "sqlite" else f"postgresql://nobody@127.0.0.1:{free_port()}/none"
+    settings = Settings(blob_root=tmp_path / "blobs", discovery_index=f"{url}#workspace=w")
     with caplog.at_level(logging.WARNING, logger="mediafleet.discovery"):
         bundle = Dispatcher(settings).submit(text_pdf(1)).bundle()
     assert bundle.status == "ok"

@@ -36,6 +36,7 @@ CREATE INDEX IF NOT EXISTS mf_discovery_units_by_artifact ON mf_discovery_units 
     WHERE active;
 CREATE INDEX IF NOT EXISTS mf_discovery_units_tsv ON mf_discovery_units USING gin (tsv) WHERE active;
 """
+_CONNECT_TIMEOUT_S = 10
 _LOCK_KEY = 0x6D66_6473  # one advisory lock serialises schema creation across hosts
 
 
@@ -50,7 +51,8 @@ class PostgresIndex:
     def __init__(self, conninfo: str) -> None:
         import psycopg
 
-        self._db = psycopg.connect(conninfo, autocommit=True)
+        # A bounded connect: the indexing hook runs as jobs finish and must not hang on a lost server.
+        self._db = psycopg.connect(conninfo, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S)
         self._lock = threading.Lock()
         with self._lock, self._db.transaction():
             self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
