@@ -6,11 +6,18 @@
 3. mediafleet through Redis with one worker process (the same, plus the broker round trip).
 
 Per-job overhead: many small (1-page) jobs through the fleet versus the same jobs in-process.
+The same bare-vs-in-process ratio on real PDFs found at run time (the largest under
+``/usr/share/doc``, from Debian packages' documentation; none found is said, not faked), and the
+peak memory of one in-process run on a generated 900-page document (a child process each, so
+nothing else is counted), beside bare PyMuPDF's on the same file.
 Run: ``.venv/bin/python benchmarks/bench_pdf.py [pages]``.
 """
 
 from __future__ import annotations
 
+import json
+import resource
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +52,42 @@ def bare(path: Path) -> None:
     doc.close()
 
 
+REAL_PDF_ROOT = Path("/usr/share/doc")
+LONG_PAGES = 900
+
+
+def real_pdfs(limit: int = 3) -> list[Path]:
+    """The largest readable PDFs under /usr/share/doc (Debian packages' manuals), largest first."""
+    found = []
+    for path in REAL_PDF_ROOT.rglob("*.pdf"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                found.append((path.stat().st_size, path))
+        except OSError:
+            continue
+    return [p for _, p in sorted(found, reverse=True)[:limit]]
+
+
+def page_count(path: Path) -> int:
+    with pymupdf.open(path, filetype="pdf") as doc:
+        return doc.page_count
+
+
+def peak_child(mode: str, path: Path, blobs: Path) -> None:
+    """In a child process: run once (``bare`` or ``mediafleet``) and print the peak RSS in MB."""
+    if mode == "bare":
+        bare(path)
+    else:
+        Dispatcher(Settings(blob_root=blobs)).submit(path).bundle()
+    print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def peak_mb(mode: str, path: Path, blobs: Path) -> float:
+    out = subprocess.run([sys.executable, __file__, "--peak", mode, str(path), str(blobs)], check=True,
+                         capture_output=True, text=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["peak_mb"])
+
+
 def main(pages: int = 500, small_jobs: int = 20) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-pdf-"))
     path = tmp / "big.pdf"
@@ -55,6 +98,18 @@ def main(pages: int = 500, small_jobs: int = 20) -> None:
     t_local = median_seconds(lambda: local.submit(path).bundle())
     smalls = [make_pdf(1, salt=f"s{i}-") for i in range(small_jobs * 4)]
     t_small_local = median_seconds(lambda: [local.submit(s).bundle() for s in smalls[:small_jobs]]) / small_jobs
+
+    real = []
+    for doc_path in real_pdfs():
+        local.submit(doc_path).bundle()  # warm: the first run of a file pays for its blob copy
+        rb = median_seconds(lambda: bare(doc_path), repeat=5)
+        rl = median_seconds(lambda: local.submit(doc_path).bundle(), repeat=5)
+        real.append((doc_path, page_count(doc_path), rb, rl))
+
+    long_path = tmp / "long.pdf"
+    long_path.write_bytes(make_pdf(LONG_PAGES, salt="long-"))
+    peaks = {"bare": peak_mb("bare", long_path, tmp / "peak-blobs"),
+             "mediafleet": peak_mb("mediafleet", long_path, tmp / "peak-blobs")}
 
     with fleet(workers=1) as env:
         remote = Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"], blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"])))
@@ -82,12 +137,31 @@ def main(pages: int = 500, small_jobs: int = 20) -> None:
     print(table(rows))
     print(f"per-job fleet overhead (1-page jobs, sequential): {overhead_ms:.1f} ms "
           f"({t_small_fleet * 1000:.1f} ms via Redis vs {t_small_local * 1000:.1f} ms in-process)")
+    real_rows = [("real PDF (found at run time)", "pages", "bare pages/s", "mediafleet pages/s", "vs bare")]
+    real_figures = []
+    for doc_path, n, rb, rl in real:
+        real_rows.append((doc_path.name, str(n), f"{n / rb:,.0f}", f"{n / rl:,.0f}", f"{rb / rl:.2f}x"))
+        real_figures.append({"file": doc_path.name, "package_doc": doc_path.parent.name, "pages": n,
+                             "bare_pages_per_s": round(n / rb, 1), "in_process_pages_per_s": round(n / rl, 1),
+                             "ratio_to_bare": round(rb / rl, 3)})
+    if real:
+        print(table(real_rows))
+    else:
+        print(f"no real PDF under {REAL_PDF_ROOT}: the real-PDF ratio was not measured")
+    print(f"peak memory, generated {LONG_PAGES}-page PDF ({long_path.stat().st_size / 1e6:.1f} MB), one run in a "
+          f"child process: mediafleet in-process {peaks['mediafleet']:,.0f} MB; bare PyMuPDF {peaks['bare']:,.0f} MB")
     out = write_results("pdf", {"pages": pages, "lines_per_page": 40, "paths": figures,
                                 "small_job_ms": {"in_process": round(t_small_local * 1000, 2),
                                                  "fleet": round(t_small_fleet * 1000, 2),
-                                                 "overhead": round(overhead_ms, 2)}})
+                                                 "overhead": round(overhead_ms, 2)},
+                                "real_pdfs": real_figures,
+                                "peak_memory_mb": {"pages": LONG_PAGES, "bytes": long_path.stat().st_size,
+                                                   **{k: round(v, 1) for k, v in peaks.items()}}})
     print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500)
+    if len(sys.argv) == 5 and sys.argv[1] == "--peak":
+        peak_child(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 500)
