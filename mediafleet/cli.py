@@ -87,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", type=Path, metavar="DIR",
                     help="write <name>.<digest>.bundle.json and <name>.<digest>.prov.ttl into DIR (created if "
                          "missing; <digest> is the first 12 hex digits of the artifact's sha256)")
+    ex.add_argument("--jsonl", action="store_true",
+                    help="with --out, write <name>.<digest>.bundle.jsonl instead of .bundle.json: the same bundle as "
+                         "JSON Lines (mediafleet.evidence-bundle/v1+jsonl: a head, nodes, edges, PROV entries, an "
+                         "end record with the counts), written one line at a time rather than held as one text")
     ex.add_argument("--report", action="store_true",
                     help="also write <name>.<digest>.report.html, a page showing every locus on the artifact "
                          "(into --out DIR, else the current directory)")
@@ -506,7 +510,13 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         print("\n".join(summary_lines(item.name, bundle)))
     stem = f"{item.name}.{bundle.artifact.digest.removeprefix('sha256:')[:12]}"
     if args.out:
-        Path(args.out, f"{stem}.bundle.json").write_text(bundle.model_dump_json(indent=2), encoding="utf-8")
+        if args.jsonl:
+            from adapters.stream import write_bundle_lines
+
+            with Path(args.out, f"{stem}.bundle.jsonl").open("w", encoding="utf-8") as stream:
+                write_bundle_lines(bundle, stream)
+        else:
+            Path(args.out, f"{stem}.bundle.json").write_text(bundle.model_dump_json(indent=2), encoding="utf-8")
         Path(args.out, f"{stem}.prov.ttl").write_text(to_turtle(bundle.prov), encoding="utf-8")
         saved.bundles += 1
     if args.report and saved.folder is not None:

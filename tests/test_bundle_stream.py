@@ -69,3 +69,23 @@ def test_a_stream_is_written_to_a_file_line_by_line(bundle: EvidenceBundle, tmp_
         write_bundle_lines(bundle, out)
     with path.open(encoding="utf-8") as lines:
         assert read_bundle_lines(lines) == bundle
+
+
+def test_extract_out_jsonl_writes_the_stream_form(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    doc = tmp_path / "doc.pdf"
+    doc.write_bytes(text_pdf(2))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIAFLEET_")}
+    env["MEDIAFLEET_BLOB_ROOT"] = str(tmp_path / "blobs")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "mediafleet.cli", "extract", str(doc), "--out", str(out), "--jsonl"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (stream,) = out.glob("doc.pdf.*.bundle.jsonl")
+    assert not list(out.glob("*.bundle.json")) and len(list(out.glob("doc.pdf.*.prov.ttl"))) == 1
+    with stream.open(encoding="utf-8") as lines:
+        back = read_bundle_lines(lines)
+    assert back.status == "ok" and assert_engine_valid(back) > 0
