@@ -213,3 +213,34 @@ def test_building_a_bundle_pauses_the_cycle_collector_and_resumes_it(manifest: M
     assert gc.isenabled()
     build_bundle(_outcome(), manifest.capability("ocr_pdf"))
     assert gc.isenabled()
+
+
+def test_turtle_is_written_directly_with_exactly_the_json_ld_triples(manifest: Manifest) -> None:
+    """The Turtle writer does not go through rdflib: its triples must be the JSON-LD's, for an ok
+    bundle, a failed one, a refused one and one carrying a caller's claims."""
+    from rdflib.compare import isomorphic
+
+    from adapters import refused_bundle
+    from adapters.bundle import with_claims
+    from adapters.prov import turtle_lines
+    from contract import CallerClaims
+
+    cap = manifest.capability("ocr_pdf")
+    error = PublicError(code=ErrorCode.CORRUPT_INPUT, message="the PDF cannot be parsed")
+    ok = build_bundle(_outcome(), cap)
+    bundles = [
+        ok,
+        build_bundle(_outcome(status="failed", result=None, error=error), cap),
+        refused_bundle("mf-" + "1" * 32, None, ok.artifact, error, T0),
+        with_claims(ok, CallerClaims(digest=DIGEST, digest_form="sha256", digest_check="sha256_of_bytes",
+                                     media_type="application/pdf", media_type_agrees=True)),
+    ]
+    for bundle in bundles:
+        expected = Graph().parse(data=json.dumps(bundle.prov), format="json-ld")
+        written = Graph().parse(data=to_turtle(bundle.prov), format="turtle")
+        assert len(written) == len(expected) > 0 and isomorphic(written, expected)
+        assert "".join(turtle_lines(bundle.prov)) == to_turtle(bundle.prov)
+    with pytest.raises(ValueError):
+        to_turtle({**ok.prov, "@context": {"prov": "http://example.org/other#"}})
+    with pytest.raises(ValueError):
+        to_turtle({**ok.prov, "@graph": [{"@id": "eg:locus:" + "a" * 32, "mf:nested": {"x": [1]}}]})
