@@ -122,8 +122,11 @@ class IntegrityError(MediafleetError):
 
 
 class TimedOut(MediafleetError):
+    """Past a time limit: says nothing definite about the input (its worker may have been frozen
+    or overloaded), so a resubmission runs the job again."""
+
     code = ErrorCode.TIMEOUT
-    retryable = False
+    retryable = True
 
 
 class Cancelled(MediafleetError):

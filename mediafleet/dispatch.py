@@ -21,12 +21,21 @@ from adapters.ids import job_id as make_job_id
 from adapters.ids import token
 from contract.bundle import BundleArtifact, CallerClaims, EvidenceBundle
 from contract.common import sha256_digest
-from contract.errors import CapabilityRefused, ErrorCode, InputRejected, MediafleetError, PublicError, TimedOut
+from contract.errors import (
+    CapabilityRefused,
+    ErrorCode,
+    InputRejected,
+    MediafleetError,
+    Phase,
+    PublicError,
+    TimedOut,
+    Unavailable,
+)
 from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
 from contract.manifest import Capability, DeviceClass, Manifest, Modality
 from mediafleet.blobstore import BlobStore, open_store
 from mediafleet.discovery.hook import index_finished
-from mediafleet.jobstore import JobRecord, JobStore
+from mediafleet.jobstore import JobRecord, JobStore, queue_lists
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
@@ -42,7 +51,6 @@ _HEAD = 4096
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _PROGRESS_SLICE_S = 0.5
 _DEFAULT_PRIORITY = 4
-_KOMBU_SEP = "\x06\x16"  # kombu's Redis transport: "<queue><sep><priority>" for priorities 1..9
 _FINAL = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 # A queued job whose message is not sent this long after its record was written was left by a
 # dispatcher that died in between; a resubmission sends it (sending takes milliseconds).
@@ -51,6 +59,27 @@ _UNSENT_AFTER_S = 30.0
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _redis_away() -> tuple[type[BaseException], ...]:
+    from kombu.exceptions import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    return (RedisConnectionError, RedisTimeout, OperationalError)
+
+
+_REDIS_AWAY = _redis_away()
+
+
+def _untrusted(request: ExtractRequest) -> Outcome:
+    """What a waiter returns for a record whose outcome failed its signature check."""
+    now = _now()
+    error = PublicError(code=ErrorCode.INTERNAL_ERROR, retryable=True,
+                        message="the job's stored outcome failed its signature check and was not returned; "
+                                "submit the artifact again to run it")
+    return Outcome(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
+                   error=error, started_at=now, ended_at=now, device=request.device)
 
 
 class Job:
@@ -161,6 +190,8 @@ class _FleetJob(Job):
 
     def _finished(self) -> Outcome | None:
         record = self.record()
+        if record is not None and record.forged:
+            return _untrusted(self._request)
         if record is not None and record.final and (outcome := record.outcome) is not None:
             return outcome
         return None
@@ -168,29 +199,42 @@ class _FleetJob(Job):
     def bundle(
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
+            try:
+                if (outcome := self._wait_slice(max(left, 0.0), on_progress)) is not None:
+                    break
+            except _REDIS_AWAY:
+                # Redis restarting or failing over: the records and queues come back with it (the
+                # client retried for a while already); keep waiting until the caller's deadline.
+                time.sleep(max(0.0, min(left, 0.5)))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimedOut("the job did not finish within the wait timeout")
+        return build_bundle(outcome, self._capability)
+
+    def _wait_slice(self, left: float, on_progress: Callable[[Progress], None] | None) -> Outcome | None:
+        """Wait up to ``left`` seconds for the job; its outcome, or None to wait on."""
         from celery.exceptions import TimeoutError as CeleryTimeout
 
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (outcome := self._finished()) is None:
-            record = self.record()
-            waited = self._app.AsyncResult(self._running_part(record) or self.id) if record is not None else None
-            if waited is None or waited.ready():
-                if (outcome := self._settle()) is not None:
-                    break
-            # The Redis backend wakes get() through pub/sub the moment the result lands; the
-            # short slices are only there to report progress in between.
-            left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
-            if left <= 0:
-                raise TimedOut("the job did not finish within the wait timeout")
-            try:
-                if waited is None or waited.ready():
-                    time.sleep(min(left, 0.05))
-                else:
-                    waited.get(timeout=left, propagate=False, disable_sync_subtasks=False)
-            except CeleryTimeout:
-                if on_progress is not None and (p := self.progress()) is not None:
-                    on_progress(p)
-        return build_bundle(outcome, self._capability)
+        if (outcome := self._finished()) is not None:
+            return outcome
+        record = self.record()
+        waited = self._app.AsyncResult(self._running_part(record) or self.id) if record is not None else None
+        if waited is None or waited.ready():
+            if (outcome := self._settle()) is not None:
+                return outcome
+            # Ended without an outcome that counts (a stale delivery's, or one on its way): poll.
+            time.sleep(min(left, 0.1))
+            return None
+        # The Redis backend wakes get() through pub/sub the moment the result lands; the short
+        # slices are only there to report progress in between.
+        try:
+            waited.get(timeout=left, propagate=False, disable_sync_subtasks=False)
+        except CeleryTimeout:
+            if on_progress is not None and (p := self.progress()) is not None:
+                on_progress(p)
+        return None
 
     def _settle(self) -> Outcome | None:
         """A task this job waits on has ended but the job has no outcome yet: find out why.
@@ -211,14 +255,17 @@ class _FleetJob(Job):
         if part is None:
             if record is not None and record.part("video") is not None:
                 return self._finished()  # its own task reported and the job finished meanwhile
-            if record is not None and record.speech_job is not None:
+            lost = self._lost(self._app.AsyncResult(self.id), self._request)
+            if lost is not None and record is not None and record.speech_job is not None:
                 self._jobs.cancel(record.speech_job)  # the job failed: its speech part is not wanted
-            return self._lost(self._app.AsyncResult(self.id), self._request)
+            return lost
         speech = self._jobs.get(part)
         if speech is not None and speech.final and speech.outcome is not None:
-            reported = speech.outcome
+            reported: Outcome | None = speech.outcome
         else:
             reported = self._lost(self._app.AsyncResult(part), speech.request if speech else self._part_request(part))
+        if reported is None:
+            return None
         if self._jobs.report_part(self.id, "speech", reported) == 0 or self._stuck():
             if (joined := join_parts(self._jobs, self.id, self._manifest)) is not None:
                 index_finished(self._index_setting, joined, self._manifest)
@@ -233,24 +280,40 @@ class _FleetJob(Job):
     def _part_request(self, part: str) -> ExtractRequest:
         return self._request.model_copy(update={"job_id": part, "action": SPEECH_ACTION})
 
-    def _lost(self, result: Any, request: ExtractRequest) -> Outcome:
-        """The outcome of a task whose worker could not write one (killed, timed out, revoked);
-        recorded as that job's failure."""
+    def _lost(self, result: Any, request: ExtractRequest) -> Outcome | None:
+        """The outcome of a task whose worker could not write one (killed, timed out, revoked),
+        recorded as that job's failure; None when nothing was lost (the task returned: its outcome
+        is stored, or it was a stale delivery and the live one will write it).
+
+        A lost worker or a timeout says nothing about the input: recorded as retryable, so a
+        resubmission runs the job again. The failure is written only while the record still names
+        the delivery that was lost (a newer delivery on another worker is not failed for it).
+        """
         record = self._jobs.get(request.job_id)
         if record is not None and record.final and (outcome := record.outcome) is not None:
             return outcome
         status, info = result.state, result.info
-        if status == "REVOKED" or (record is not None and record.state == JobState.CANCELLED):
+        cancelled = status == "REVOKED" or (record is not None and record.state == JobState.CANCELLED)
+        if status == "SUCCESS" and not cancelled:
+            return None
+        if cancelled:
             error = PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled")
         elif type(info).__name__ == "TimeLimitExceeded":
-            error = PublicError(code=ErrorCode.TIMEOUT,
+            error = PublicError(code=ErrorCode.TIMEOUT, retryable=True,
                                 message=f"{request.action} ran past its hard time limit; its worker process was replaced")
         else:
-            error = PublicError(code=ErrorCode.WORKER_LOST, message="the worker failed before finishing the job")
-        self._jobs.fail(request.job_id, error)
+            error = PublicError(code=ErrorCode.WORKER_LOST, retryable=True,
+                                message="the worker failed before finishing the job")
         now = _now()
-        return Outcome(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
-                       error=error, started_at=now, ended_at=now, device=request.device)
+        outcome = Outcome(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
+                          error=error, started_at=now, ended_at=now, device=request.device)
+        if record is None:
+            return outcome
+        worker = getattr(result, "worker", None) if not cancelled else None
+        if self._jobs.finish(outcome, seen_attempts=record.attempts, hostname=worker or None):
+            return outcome
+        after = self._jobs.get(request.job_id)
+        return after.outcome if after is not None and after.final else None
 
 
 class Dispatcher:
@@ -334,7 +397,10 @@ class Dispatcher:
                 return _claimed(self._refused(digest, size, sniffed, action, exc.public()), claims)
             audio = self._audio_track(opened, capability)
             opened.seek(0)
-            digest, stored_size, _ = self.store.put_stream(opened)
+            try:
+                digest, stored_size, _ = self.store.put_stream(opened)
+            except OSError as exc:
+                raise _store_failed(exc) from exc
         finally:
             opened.close()
         if stored_size != size:
@@ -498,6 +564,11 @@ class Dispatcher:
         state = JobState.HELD if held else JobState.QUEUED
         token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
                            speech_job=speech_job)
+        if token is None and (found := jobs.get(request.job_id)) is not None and found.forged \
+                and jobs.discard_forged(request.job_id):
+            # Its outcome failed the signature check (written by no worker holding the key): run it.
+            token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
+                               speech_job=speech_job)
         if token is None:
             record = jobs.get(request.job_id)
             if record is None:
@@ -537,7 +608,7 @@ class Dispatcher:
         it), until the first worker of an allowed class comes up and queues it for its own class.
         It never runs on a class the manifest forbids.
         """
-        alive = {q for w in live_workers(self.app.backend.client) for q in w.queues}
+        alive = {q for w in live_workers(self.jobs().client) for q in w.queues}
         for device in capability.devices:
             if capability.queue(device) in alive:
                 return device, None
@@ -545,8 +616,17 @@ class Dispatcher:
         return capability.devices[0], f"no live worker for {capability.action} on {allowed}"
 
     def jobs(self) -> JobStore:
+        """The fleet's job store. Built on first use, after one plain connection attempt: a broker
+        that is not there at all is reported at once; one that goes away later is waited for."""
         if self._jobs is None:
-            self._jobs = JobStore(self.app.backend.client, self.settings.result_ttl_s)
+            from mediafleet.jobstore import redis_client
+
+            probe = redis_client(self.settings, retry_s=0)
+            try:
+                probe.ping()
+            finally:
+                probe.close()
+            self._jobs = JobStore.from_settings(self.settings)
         return self._jobs
 
     def job(self, job_id: str) -> _FleetJob | None:
@@ -565,14 +645,12 @@ class Dispatcher:
 
     def status(self) -> dict[str, Any]:
         """Queue lengths per capability queue, and live workers by device class."""
-        client = self.app.backend.client
+        client = self.jobs().client
         queues: dict[str, int] = {}
         for cap in self.manifest.capabilities.values():
             for device in cap.devices:
                 name = cap.queue(device)
-                # The Redis transport keeps priority levels 1..9 in lists of their own.
-                levels = [name, *(f"{name}{_KOMBU_SEP}{p}" for p in range(1, 10))]
-                queues[name] = sum(client.llen(n) for n in levels)
+                queues[name] = sum(client.llen(n) for n in queue_lists(name))
         workers: dict[str, list[str]] = {d.value: [] for d in DeviceClass}
         for worker in live_workers(client):
             workers.setdefault(worker.device, []).append(worker.hostname)
@@ -595,6 +673,18 @@ def _shown_type(media_type: str) -> str:
 
 def _claimed(job: Job, claims: CallerClaims | None) -> Job:
     return job if claims is None else _ClaimedJob(job, claims)
+
+
+def _store_failed(exc: OSError) -> Unavailable:
+    """The public error for a blob store that could not take the artifact (a full disk, a
+    read-only or vanished volume): retryable, with no path and no library text."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "the blob store is full (no space left on its device); free some space and submit again"
+    else:
+        why = "the blob store could not store the artifact (its volume failed); try again later"
+    return Unavailable(why, phase=Phase.DISPATCH)
 
 
 def _peek(artifact: Artifact) -> tuple[bytes, int, BinaryIO]:
@@ -625,6 +715,17 @@ def _digest_of(stream: BinaryIO) -> str:
     return sha256_digest(h.hexdigest())
 
 
+_DISPATCHERS: dict[str, Dispatcher] = {}
+
+
 def delegate_extract(artifact: Artifact, *, settings: Settings | None = None, **kwargs: Any) -> Job:
-    """Submit one artifact with settings from the environment; see :meth:`Dispatcher.submit`."""
-    return Dispatcher(settings or Settings.load()).submit(artifact, **kwargs)
+    """Submit one artifact with settings from the environment; see :meth:`Dispatcher.submit`.
+
+    One dispatcher per settings in a process (cached): a long-lived ingestion process that calls
+    this for every file keeps one Celery app, one blob store and one Redis pool.
+    """
+    settings = settings or Settings.load()
+    key = settings.cache_key()
+    if (dispatcher := _DISPATCHERS.get(key)) is None:
+        dispatcher = _DISPATCHERS.setdefault(key, Dispatcher(settings))
+    return dispatcher.submit(artifact, **kwargs)

@@ -14,24 +14,99 @@ failed in a retryable way, or was cancelled, may be claimed again.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import ErrorCode, PublicError
 from contract.jobs import ExtractRequest, JobState, Outcome, Progress
 
-__all__ = ["MAX_DELIVERIES", "JobRecord", "JobStore"]
+if TYPE_CHECKING:
+    from mediafleet.settings import Settings
+
+__all__ = ["KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "JobRecord", "JobStore", "OutcomeSigner", "queue_lists",
+           "redis_client"]
 
 _PREFIX = "mediafleet:job:"
 _HELD = "mediafleet:held"
+# Jobs some delivery has started and not yet finished (what lost-node recovery looks through).
+_STARTED = "mediafleet:started"
+# kombu's Redis transport keeps priority levels 1..9 of a queue in lists of their own, named
+# "<queue><sep><level>"; level 0 is the queue's own list.
+KOMBU_PRIORITY_SEP = "\x06\x16"
+# A client rides out Redis being away (a restart, a failover) for about this long before it raises.
+_RETRY_S = 25
+
+
+def queue_lists(queue: str) -> list[str]:
+    """Every Redis list that holds ``queue``'s messages, one per priority level (what a queue's
+    length is summed over: ``mediafleet status``, the KEDA triggers, the Redis exporter)."""
+    return [queue, *(f"{queue}{KOMBU_PRIORITY_SEP}{level}" for level in range(1, 10))]
+
+
+def redis_client(settings: Settings, *, retry_s: float = _RETRY_S) -> Any:
+    """The fleet's Redis client, the one way job records, presence and gc reach Redis.
+
+    The result backend's URL with the settings' password, the TLS options for ``rediss://`` (a
+    private CA, a client certificate), and retries with backoff for about ``retry_s`` seconds on a
+    lost connection, so a Redis restart is a pause, not a failure.
+    """
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    url = settings.backend()
+    if url is None or not url.startswith(("redis://", "rediss://")):
+        raise ValueError("the fleet needs a redis:// or rediss:// result backend")
+    tls = (settings.tls_options() or {}) if url.startswith("rediss://") else {}
+    retries = int(retry_s / 0.9) if retry_s > 0 else 0
+    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=60,
+                                retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
+                                retry_on_error=[redis.ConnectionError, redis.TimeoutError], **tls)
+
+
+class OutcomeSigner:
+    """Signs each stored outcome with the fleet's message-signing key, and checks a stored one
+    against the trusted certificates: with signing on, an outcome nobody holding the key wrote
+    (planted straight into Redis) is never returned as evidence."""
+
+    def __init__(self, key_file: Path, cert_file: Path, cert_store: Path) -> None:
+        from celery.security.certificate import Certificate, FSCertStore
+        from celery.security.key import PrivateKey
+        from celery.security.utils import get_digest_algorithm
+
+        self._key = PrivateKey(key_file.read_text())
+        self._cert = Certificate(cert_file.read_text())
+        self._store = FSCertStore(str(cert_store))
+        self._digest = get_digest_algorithm("sha256")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OutcomeSigner | None:
+        if settings.signing_key_file is None or settings.signing_cert_file is None or settings.signing_cert_store is None:
+            return None
+        return cls(settings.signing_key_file, settings.signing_cert_file, settings.signing_cert_store)
+
+    def sign(self, text: str) -> str:
+        signature = self._key.sign(text.encode(), self._digest)
+        return json.dumps({"signer": self._cert.get_id(), "signature": base64.b64encode(signature).decode()})
+
+    def verify(self, text: str, stamp: str | None) -> bool:
+        if not stamp:
+            return False
+        try:
+            fields = json.loads(stamp)
+            self._store[fields["signer"]].verify(text.encode(), base64.b64decode(fields["signature"]), self._digest)
+        except Exception:  # noqa: BLE001 - any malformed or wrong signature is simply untrusted
+            return False
+        return True
 # A job whose worker process died this many times (OOM kill, segfault, SIGKILL) is not delivered
 # again: it fails with ``worker_lost`` and the queue keeps flowing.
 MAX_DELIVERIES = 3
-# What a job with a speech part waits for: its own task's outcome and its speech job's.
-_PARTS = ("video", "speech")
 
 # KEYS[1] record; ARGV[1] ttl, ARGV[2..] field/value pairs. Creates the record unless a live one
 # exists; a cancelled job or one that failed retryably is replaced. Returns 1 when created.
@@ -71,8 +146,9 @@ redis.call('HSET', KEYS[1], 'sent', '1', 'updated_at', ARGV[1])
 return redis.call('HGET', KEYS[1], 'token')
 """
 
-# KEYS[1] record; ARGV[1] hostname, ARGV[2] pid, ARGV[3] now, ARGV[4] the message's token. Counts
-# a delivery and marks the job started unless it was cancelled. A message whose token is not the
+# KEYS[1] record, KEYS[2] the started set; ARGV[1] hostname, ARGV[2] pid, ARGV[3] now, ARGV[4] the
+# message's token, ARGV[5] job id. Counts a delivery and marks the job started, owned by this
+# delivery (its number), unless it finished or was cancelled. A message whose token is not the
 # record's (left over from a submission that was cancelled and claimed again) is stale: -1.
 # Returns {attempts, state before, the speech part it fanned out or ''}.
 _START = """
@@ -82,19 +158,67 @@ local speech_job = redis.call('HGET', KEYS[1], 'speech_job') or ''
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[4] then return {-1, state, speech_job} end
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if state ~= 'cancelled' and state ~= 'done' and state ~= 'failed' then
-  redis.call('HSET', KEYS[1], 'state', 'started', 'hostname', ARGV[1], 'pid', ARGV[2], 'updated_at', ARGV[3])
+  redis.call('HSET', KEYS[1], 'state', 'started', 'hostname', ARGV[1], 'pid', ARGV[2], 'updated_at', ARGV[3],
+             'owner', attempts)
+  redis.call('SADD', KEYS[2], ARGV[5])
+elseif state == 'cancelled' and redis.call('HEXISTS', KEYS[1], 'outcome') == 0 then
+  redis.call('HSET', KEYS[1], 'owner', attempts)  -- this delivery writes the cancelled outcome
 end
 return {attempts, state, speech_job}
 """
 
+# KEYS[1] record, KEYS[2] the started set; ARGV[1] the delivery that must own the record ('' for
+# any: a joiner, the cancel path), ARGV[2] the attempts the writer saw ('' for any: only the waiter,
+# writing a lost task's failure, passes it), ARGV[3] the hostname that delivery ran on ('' for
+# any), ARGV[4] job id, ARGV[5] '1' when the outcome is ok, ARGV[6] the ttl when the record names
+# none, ARGV[7..] field/value pairs. Writes a
+# final outcome once: a record that holds an outcome is never overwritten, and a delivery that no
+# longer owns the record (a newer one started since) writes nothing. Returns 1 when written.
+_FINISH = """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'outcome') == 1 then return 0 end
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[2] then return 0 end
+if ARGV[3] ~= '' and (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
+if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'completions', 1) end
+redis.call('HDEL', KEYS[1], 'part:video', 'part:speech')
+redis.call('SREM', KEYS[2], ARGV[4])
+redis.call('EXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'keep_s') or ARGV[6]))
+return 1
+"""
+
+
+# KEYS[1] record, KEYS[2] the started set, KEYS[3] the presence key of the worker the caller saw the
+# record name; ARGV[1] job id, ARGV[2] now, ARGV[3] seconds, ARGV[4] that worker's hostname. A job
+# started on a worker whose heartbeat has gone (its presence key expired) and whose record has not
+# moved for ARGV[3] seconds is queued again, once: returns its token (to send it with), else false.
+_RECOVER = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'started' then
+  redis.call('SREM', KEYS[2], ARGV[1])
+  return false
+end
+if (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[4] or redis.call('EXISTS', KEYS[3]) == 1 then
+  return false
+end
+if tonumber(ARGV[2]) - tonumber(redis.call('HGET', KEYS[1], 'updated_at') or '0') < tonumber(ARGV[3]) then
+  return false
+end
+redis.call('HSET', KEYS[1], 'state', 'queued', 'hostname', '', 'pid', '', 'lost_worker', ARGV[4],
+           'updated_at', ARGV[2])
+redis.call('SREM', KEYS[2], ARGV[1])
+return redis.call('HGET', KEYS[1], 'token')
+"""
+
 
 # KEYS[1] the caller's job record; ARGV[1] part name, ARGV[2] its outcome (JSON), ARGV[3] '1' when
-# this part decides the job alone (a failed video part), ARGV[4] now. Records a part's outcome once;
+# this part decides the job alone (a failed video part), ARGV[4] now, ARGV[5] the delivery that must
+# own the record ('' for any: a part reporting into its caller). Records a part's outcome once;
 # returns how many parts are still to report (0: the caller joins them now), or -1 when there is
 # nothing to do (the job already finished, or this part reported before).
 _REPORT = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state or state == 'done' or state == 'failed' or state == 'cancelled' then return -1 end
+if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[5] then return -1 end
 local field = 'part:' .. ARGV[1]
 if redis.call('HEXISTS', KEYS[1], field) == 1 then return -1 end
 redis.call('HSET', KEYS[1], field, ARGV[2], 'updated_at', ARGV[4])
@@ -109,11 +233,20 @@ return left
 
 
 class JobRecord:
-    """A read-only view of one record."""
+    """A read-only view of one record.
 
-    def __init__(self, job_id: str, fields: dict[str, str]) -> None:
+    ``forged`` is True when signing is on and the record's outcome carries no valid signature:
+    its outcome is then not returned (``outcome`` is None) and the record counts as unfinished.
+    ``worker_alive`` is, for a started job, whether the worker it names still has a heartbeat
+    (False: that worker is gone and the job waits to be delivered again); None otherwise.
+    """
+
+    def __init__(self, job_id: str, fields: dict[str, str], forged: bool = False,
+                 worker_alive: bool | None = None) -> None:
         self.job_id = job_id
         self._f = fields
+        self.forged = forged
+        self.worker_alive = worker_alive
 
     @property
     def state(self) -> JobState:
@@ -157,7 +290,7 @@ class JobRecord:
     @property
     def outcome(self) -> Outcome | None:
         raw = self._f.get("outcome")
-        return Outcome.model_validate_json(raw) if raw else None
+        return Outcome.model_validate_json(raw) if raw and not self.forged else None
 
     @property
     def speech_job(self) -> str | None:
@@ -180,36 +313,78 @@ class JobRecord:
     def summary(self) -> dict[str, Any]:
         """What ``mediafleet status JOB`` shows (no request options, no outcome body)."""
         keep = ("state", "action", "attempts", "completions", "held_reason", "hostname", "device", "priority",
-                "error_code", "speech_job", "parent", "submitted_at", "updated_at")
+                "error_code", "speech_job", "parent", "lost_worker", "submitted_at", "updated_at")
         out: dict[str, Any] = {"job_id": self.job_id, **{k: self._f[k] for k in keep if self._f.get(k)}}
         if (p := self.progress) is not None:
             out["progress"] = p.model_dump()
         if self.speech_job is not None and not self.final:
             out["parts_pending"] = self.pending_parts
+        if self.state == JobState.STARTED and self.worker_alive is False:
+            out["worker_alive"] = False  # its worker's heartbeat is gone: it will be delivered again
         return out
 
 
 class JobStore:
     """Job records in the Redis behind ``client`` (a ``redis.Redis``)."""
 
-    def __init__(self, client: Any, ttl_s: int) -> None:
+    def __init__(self, client: Any, ttl_s: int, signer: Any = None) -> None:
         self._r = client
         self._ttl_s = ttl_s
+        self._signer = signer
         self._claim = client.register_script(_CLAIM)
         self._start = client.register_script(_START)
         self._release = client.register_script(_RELEASE)
         self._report = client.register_script(_REPORT)
         self._resend = client.register_script(_RESEND)
+        self._finish = client.register_script(_FINISH)
+        self._recover = client.register_script(_RECOVER)
 
     @staticmethod
     def key(job_id: str) -> str:
         return _PREFIX + job_id
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> JobStore:
+        """The job store of the fleet the settings name (its own client; outcomes signed and
+        checked when message signing is on)."""
+        return cls(redis_client(settings), settings.result_ttl_s, OutcomeSigner.from_settings(settings))
+
+    @property
+    def client(self) -> Any:
+        return self._r
+
     def get(self, job_id: str) -> JobRecord | None:
         raw = self._r.hgetall(self.key(job_id))
         if not raw:
             return None
-        return JobRecord(job_id, {k.decode(): v.decode() for k, v in raw.items()})
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+        forged = (self._signer is not None and "outcome" in fields
+                  and not self._signer.verify(fields["outcome"], fields.get("outcome_sig")))
+        alive = None
+        if fields.get("state") == JobState.STARTED.value and fields.get("hostname"):
+            from mediafleet.presence import worker_key
+
+            alive = bool(self._r.exists(worker_key(fields["hostname"])))
+        return JobRecord(job_id, fields, forged, alive)
+
+    def discard_forged(self, job_id: str) -> bool:
+        """Delete a record whose outcome failed its signature check (so the job can be claimed and
+        run again); a record changed meanwhile is kept. Returns whether it was deleted."""
+        key = self.key(job_id)
+        with self._r.pipeline() as pipe:
+            try:
+                pipe.watch(key)
+                record = self.get(job_id)
+                if record is None or not record.forged:
+                    return False
+                pipe.multi()
+                pipe.delete(key)
+                pipe.execute()
+                return True
+            except Exception as exc:  # redis.WatchError: it changed; leave it
+                if type(exc).__name__ != "WatchError":
+                    raise
+                return False
 
     def claim(self, request: ExtractRequest, *, state: JobState, held_reason: str | None, priority: int,
               keep_s: int, speech_job: str | None = None) -> str | None:
@@ -254,6 +429,30 @@ class JobStore:
                               args=[request.job_id, request.model_dump_json(), time.time()])
         return token.decode() if isinstance(token, bytes) else token
 
+    def started(self) -> list[JobRecord]:
+        """Jobs some delivery started and none finished yet (records that expired are dropped)."""
+        out = []
+        for raw in self._r.smembers(_STARTED):
+            job_id = raw.decode()
+            record = self.get(job_id)
+            if record is None:
+                self._r.srem(_STARTED, job_id)
+            elif record.state == JobState.STARTED:
+                out.append(record)
+        return out
+
+    def requeue_lost(self, record: JobRecord, quiet_s: float) -> str | None:
+        """Queue a started job again when the worker it names has lost its heartbeat and the record
+        has not moved for ``quiet_s`` seconds (a lost node); returns the token to send it with, once,
+        or None."""
+        from mediafleet.presence import worker_key
+
+        if record.hostname is None:
+            return None
+        token = self._recover(keys=[self.key(record.job_id), _STARTED, worker_key(record.hostname)],
+                              args=[record.job_id, time.time(), quiet_s, record.hostname])
+        return token.decode() if isinstance(token, bytes) else token
+
     def mark_sent(self, job_id: str) -> None:
         """The job's message is on its queue (a resubmission need not send it again)."""
         self._r.hset(self.key(job_id), "sent", "1")
@@ -269,10 +468,13 @@ class JobStore:
         the job fanned out or None).
 
         Deliveries are -1 for a stale message (not this submission's) and 0 for an unknown job.
+        Otherwise the count is this delivery's number, which owns the record from now on: pass it
+        as ``delivery`` to :meth:`finish` and :meth:`report_part`.
         """
         attempts, before, speech_job = (
             v.decode() if isinstance(v, bytes) else v
-            for v in self._start(keys=[self.key(job_id)], args=[hostname, os.getpid(), time.time(), token])
+            for v in self._start(keys=[self.key(job_id), _STARTED],
+                                 args=[hostname, os.getpid(), time.time(), token, job_id])
         )
         return int(attempts), (JobState(before) if before else None), speech_job or None
 
@@ -285,43 +487,45 @@ class JobStore:
         _, state = pipe.execute()
         return JobState(state.decode()) if state else None
 
-    def finish(self, outcome: Outcome) -> None:
+    def finish(self, outcome: Outcome, *, delivery: int | None = None, seen_attempts: int | None = None,
+               hostname: str | None = None) -> bool:
         """Store the outcome and the final state, kept for the job's pickup window (the parts'
-        outcomes it was joined from are dropped)."""
-        key = self.key(outcome.job_id)
-        keep_s = int(self._r.hget(key, "keep_s") or self._ttl_s)
+        outcomes it was joined from are dropped); returns whether it was stored.
+
+        A record moves only forward: one that holds an outcome is never overwritten, so of two
+        writers (a stale redelivery and the live one, two joiners) exactly one stores its outcome.
+        ``delivery`` (a worker's, from :meth:`start`) must still own the record; ``seen_attempts``
+        and ``hostname`` (the waiter's, for a task it found lost) must still be the record's, so a
+        delivery that started since is not failed for its predecessor.
+        """
         cancelled = outcome.error is not None and outcome.error.code == ErrorCode.CANCELLED
         state = JobState.DONE if outcome.status == "ok" else JobState.CANCELLED if cancelled else JobState.FAILED
-        pipe = self._r.pipeline()
-        pipe.hset(key, mapping={
-            "state": state.value, "outcome": outcome.model_dump_json(), "updated_at": time.time(),
+        fields = {
+            "state": state.value, "outcome": outcome.model_dump_json(), "updated_at": str(time.time()),
             "error_code": outcome.error.code.value if outcome.error else "",
             "retryable": "1" if outcome.error and outcome.error.retryable else "0",
-        })
-        if outcome.status == "ok":
-            pipe.hincrby(key, "completions", 1)
-        pipe.hdel(key, *(f"part:{name}" for name in _PARTS))  # joined into the outcome: not kept twice
-        pipe.expire(key, keep_s)
-        pipe.execute()
+        }
+        if self._signer is not None:
+            fields["outcome_sig"] = self._signer.sign(fields["outcome"])
+        flat = [x for kv in fields.items() for x in kv]
+        written = self._finish(keys=[self.key(outcome.job_id), _STARTED], args=[
+            "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",
+            outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, *flat])
+        return bool(written)
 
-    def report_part(self, job_id: str, part: str, outcome: Outcome, *, decides: bool = False) -> int:
+    def report_part(self, job_id: str, part: str, outcome: Outcome, *, decides: bool = False,
+                    delivery: int | None = None) -> int:
         """Record a part's outcome in the caller's job; returns the parts still to report.
 
         0 means this reporter is the last and joins the parts (exactly one reporter sees 0); -1
-        means nothing to do (the job finished already, or the part reported before). With
-        ``decides`` (a failed video part) no other part is waited for.
+        means nothing to do (the job finished already, the part reported before, or ``delivery``,
+        the reporting delivery of the job's own task, no longer owns the record). With ``decides``
+        (a failed video part) no other part is waited for.
         """
         left = self._report(keys=[self.key(job_id)],
-                            args=[part, outcome.model_dump_json(), "1" if decides else "0", time.time()])
+                            args=[part, outcome.model_dump_json(), "1" if decides else "0", time.time(),
+                                  "" if delivery is None else delivery])
         return int(left)
-
-    def fail(self, job_id: str, error: PublicError) -> None:
-        """Mark a job failed when no outcome could be written (its worker was killed)."""
-        key = self.key(job_id)
-        if not self._r.exists(key):
-            return
-        self._r.hset(key, mapping={"state": JobState.FAILED.value, "error_code": error.code.value,
-                                   "retryable": "1" if error.retryable else "0", "updated_at": time.time()})
 
     def cancel(self, job_id: str) -> JobState | None:
         """Mark a job cancelled unless it already finished; returns its state afterwards."""

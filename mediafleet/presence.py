@@ -16,11 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HEARTBEAT_S", "TTL_S", "Announcer", "LiveWorker", "live_workers"]
+__all__ = ["HEARTBEAT_S", "TTL_S", "Announcer", "LiveWorker", "live_workers", "worker_key"]
 
 _PREFIX = "mediafleet:worker:"
 HEARTBEAT_S = 5.0
 TTL_S = 15
+
+
+def worker_key(hostname: str) -> str:
+    """The presence key of the worker ``hostname`` (present while its heartbeat lasts)."""
+    return _PREFIX + hostname
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class Announcer:
                  on_beat: Callable[[], None] | None = None) -> None:
         self._client = client
         self._on_beat = on_beat
-        self._key = _PREFIX + hostname
+        self._key = worker_key(hostname)
         self._body = {"hostname": hostname, "device": device, "queues": sorted(queues), "pid": os.getpid()}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mediafleet-presence", daemon=True)

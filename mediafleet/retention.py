@@ -179,9 +179,10 @@ def _redis_for(settings: Settings) -> Any:
     url = settings.backend()
     if url is None or not url.startswith(("redis://", "rediss://")):
         return None
-    import redis
+    from mediafleet.jobstore import redis_client
 
-    return redis.Redis.from_url(url, socket_connect_timeout=10, socket_timeout=60)
+    # The fleet's one client factory: the password, and the TLS options for rediss:// (a private CA).
+    return redis_client(settings, retry_s=3)
 
 
 def gc(settings: Settings, *, manifest: Manifest | None = None, now: datetime | None = None,

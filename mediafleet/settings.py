@@ -57,6 +57,11 @@ class Settings(BaseSettings):
         None, description="index each finished job's evidence for discovery: sqlite:PATH or postgresql://..., then "
         "#workspace=NAME[&subject=NAME] (README: Evidence discovery); unset: no automatic indexing",
     )
+    recover_lost_workers: bool = Field(
+        False, description="workers queue again a started job whose worker's heartbeat has gone (a lost node) "
+        "within the presence TTL plus one heartbeat (about 20 s), instead of after the broker's visibility "
+        "timeout; a worker only cut off from Redis that still runs it then runs it twice, one outcome kept",
+    )
     engine_owners: list[str] = Field(
         default_factory=list,
         description="the callers' engine owners whose blob digests the fleet recomputes and verifies (JSON list): "
@@ -152,6 +157,16 @@ class Settings(BaseSettings):
 
     def manifest(self) -> Manifest:
         return load_manifest(self.manifest_file)
+
+    def cache_key(self) -> str:
+        """A digest of every setting, secrets included: equal for settings that reach the same fleet
+        the same way (what a process caches its dispatcher and Celery app by)."""
+        import hashlib
+        import json
+
+        values = {name: (v.get_secret_value() if isinstance(v, SecretStr) else v)
+                  for name, v in ((n, getattr(self, n)) for n in type(self).model_fields)}
+        return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
 
     def broker(self) -> str | None:
         return _with_password(self.broker_url, self.redis_password)

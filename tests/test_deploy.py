@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mediafleet.jobstore import queue_lists
 from tests.conftest import ROOT, free_port
 
 DOCKER = ROOT / "docker"
@@ -304,13 +305,17 @@ def _keda_regexes(device: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 def test_keda_counts_every_priority_list_of_its_class_and_only_those() -> None:
+    from kombu.transport.redis import Channel
+
+    assert queue_lists("q") == ["q", *(f"q{Channel.sep}{p}" for p in range(1, 10))]  # kombu's own naming
     manifest = _manifest()
     for device in ("cpu", "gpu"):
         key_re, _ = _keda_regexes(device)
         for capability in manifest.capabilities.values():
             for served in capability.devices:
                 queue = capability.queue(served)
-                lists = [queue, *(f"{queue}:{p}" for p in range(1, 10))]
+                lists = queue_lists(queue)  # kombu's real names: "<queue>\x06\x16<n>" per priority
+                assert len(lists) == 10
                 assert all(bool(key_re.fullmatch(k)) == (served.value == device) for k in lists), (device, queue)
         assert not key_re.fullmatch("_kombu.binding.mf.ocr_pdf.cpu")
         assert not key_re.fullmatch("unacked")

@@ -236,3 +236,20 @@ def test_the_gc_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     assert main(["gc", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["blobs_deleted"] == 1 and report["results_expired"] is None and not store.exists(old)
+
+
+def test_gc_reaches_a_tls_redis_with_the_settings_tls_options(tmp_path: Path) -> None:
+    """``mediafleet gc`` builds its client with the fleet's one factory: a rediss:// server with a
+    private CA is verified against the CA file the settings name, with the client certificate."""
+    import ssl
+
+    from mediafleet.retention import _redis_for
+
+    ca, cert, key = (tmp_path / n for n in ("ca.pem", "client.pem", "client.key"))
+    settings = Settings(broker_url="rediss://127.0.0.1:1/0", blob_root=tmp_path, redis_tls_ca_file=ca,
+                        redis_tls_cert_file=cert, redis_tls_key_file=key)
+    client = _redis_for(settings)
+    kwargs = client.connection_pool.connection_kwargs
+    assert kwargs["ssl_ca_certs"] == str(ca) and kwargs["ssl_cert_reqs"] == ssl.CERT_REQUIRED
+    assert kwargs["ssl_certfile"] == str(cert) and kwargs["ssl_keyfile"] == str(key)
+    client.close()

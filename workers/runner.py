@@ -8,6 +8,7 @@ public-safe error, never an exception out of here and never a crashed worker.
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from contract.errors import (
     IntegrityError,
     PublicError,
     TimedOut,
+    Unavailable,
     to_public,
 )
 from contract.jobs import ExtractRequest, Outcome
@@ -97,7 +99,12 @@ def run_request(
     except Exception as exc:
         if isinstance(exc, IntegrityError) and exc.code == ErrorCode.DIGEST_MISMATCH:
             checks["digest_recomputed"] = False
-        log.warning("job %s failed: %s", request.job_id, type(exc).__name__, exc_info=not hasattr(exc, "code"))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # A full disk (the blob store's or a scratch folder's) is the machine's fault, not the input's.
+            log.warning("job %s failed: no space left on a device", request.job_id)
+            exc = Unavailable("a disk the worker writes to is full; the job can be submitted again")
+        else:
+            log.warning("job %s failed: %s", request.job_id, type(exc).__name__, exc_info=not hasattr(exc, "code"))
         error, result = to_public(exc), None
     return Outcome(
         job_id=request.job_id,

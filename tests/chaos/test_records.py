@@ -18,7 +18,14 @@ from contract import JobState
 from contract.jobs import ArtifactRef, ExtractRequest, Outcome
 from contract.manifest import Modality, default_manifest
 from mediafleet.jobstore import JobStore
-from tests.chaos.conftest import FAULTY, dispatcher, freeze, thaw, wait_started, write_manifest
+from tests.chaos.conftest import (
+    FAULTY,
+    dispatcher,
+    freeze,
+    thaw,
+    wait_started,
+    write_manifest,
+)
 from tests.helpers import wait_for
 from tests.media import marked_pdf
 from workers.app import join_parts, send_extract
@@ -26,7 +33,6 @@ from workers.app import join_parts, send_extract
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(strict=True, reason="failure 2: the stale run's finish overwrites the finished record")
 def test_a_stale_redelivery_never_overwrites_a_finished_job(fleet_env, start_worker, tmp_path: Path) -> None:
     """Failure 2: a worker frozen (SIGSTOP) while another runs its redelivered message. The second
     worker finishes the job and the caller gets ``ok``; thawed past its soft limit, the stale run
@@ -81,7 +87,6 @@ class _SlowReads(JobStore):
         return record
 
 
-@pytest.mark.xfail(strict=True, reason="failure 7: two overlapping joins both finish the job (completions 2)")
 def test_the_join_of_a_job_with_parts_finishes_it_once(fleet_env) -> None:
     """Failure 7: the waiter joins a job's parts itself when the worker's join is slow; both must not
     finish it (``completions`` counts the job's outcomes: one)."""

@@ -8,6 +8,7 @@ on resubmission; none finishes twice; waiters ride the outage out.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,13 @@ import pytest
 import redis
 
 from contract import JobState
-from tests.chaos.conftest import FAULTY, dispatcher, record_time, wait_started, write_manifest
+from tests.chaos.conftest import (
+    FAULTY,
+    dispatcher,
+    record_time,
+    wait_started,
+    write_manifest,
+)
 from tests.conftest import RedisServer
 from tests.media import marked_pdf
 
@@ -73,13 +80,20 @@ def _outage(own_redis: RedisServer, start_worker, tmp_path: Path, crash: bool) -
         record = fleet.jobs().get(job.id)
         assert record.state == JobState.DONE and record.completions == 1
         assert fleet.submit(pdf).bundle(timeout=10).model_dump() == bundle.model_dump()  # type: ignore[attr-defined]
+    gc.collect()
 
 
-@pytest.mark.xfail(strict=True, reason="failure 1: waiters and workers fail on ConnectionError during the outage")
+# redis-py leaks a socket when Redis drops a connection in the middle of its handshake (it cleans up
+# after a RedisError only), here in Celery's result-backend client while the server restarts; the
+# scenarios collect it themselves so the warning is not raised at some later test's teardown.
+_LEAKED_BY_REDIS_PY = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+
+@_LEAKED_BY_REDIS_PY
 def test_a_redis_restart_under_running_jobs_fails_none_for_good(own_redis, start_worker, tmp_path: Path) -> None:
     _outage(own_redis, start_worker, tmp_path, crash=False)
 
 
-@pytest.mark.xfail(strict=True, reason="failure 1: waiters and workers fail on ConnectionError during the outage")
+@_LEAKED_BY_REDIS_PY
 def test_a_redis_crash_under_running_jobs_fails_none_for_good(own_redis, start_worker, tmp_path: Path) -> None:
     _outage(own_redis, start_worker, tmp_path, crash=True)

@@ -24,7 +24,6 @@ from workers.runner import run_request
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(strict=True, reason="failure 5: outcomes carry no signature; a planted record is returned")
 def test_a_record_planted_in_redis_is_never_returned_as_evidence(redis_server, start_worker, tmp_path: Path) -> None:
     from tests.test_security import _cert, _key, _write
 

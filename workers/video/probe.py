@@ -140,6 +140,10 @@ def _probe(container: Any, size: int, limits: Limits) -> Probe:
     if stream.duration is not None and stream.duration > 0:
         start = Fraction(stream.start_time or 0) * time_base
         declared_end = start + Fraction(stream.duration) * time_base
+    elif container.duration is not None and container.duration > 0 and len(container.streams) == 1:
+        # Matroska/WebM declares no per-stream duration, only the segment's: with the video its only
+        # stream, that is the video's end (a file cut short still declares it, so truncation shows).
+        declared_end = Fraction(container.start_time or 0, av.time_base) + Fraction(container.duration, av.time_base)
     declared = [declared_end - origin] if declared_end is not None else []
     if container.duration is not None and container.duration > 0:
         declared.append(Fraction(container.duration, av.time_base))
