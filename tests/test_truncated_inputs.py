@@ -37,3 +37,48 @@ def test_a_webm_cut_short_is_corrupt_input(webm: Path, tmp_path: Path) -> None:
     with pytest.raises(InputRejected) as err:
         extract_keyframes(cut, VideoOptions(speech=False), LIMITS)
     assert err.value.code == ErrorCode.CORRUPT_INPUT and "truncated" in err.value.message
+
+
+def _run_pdf(data: bytes, tmp_path: Path):  # type: ignore[no-untyped-def]
+    import hashlib
+
+    from contract.common import sha256_digest
+    from contract.jobs import ArtifactRef, ExtractRequest
+    from mediafleet.blobstore import LocalBlobStore
+    from workers.runner import run_request
+
+    store = LocalBlobStore(tmp_path / "blobs")
+    digest = store.put_bytes(data)
+    assert digest == sha256_digest(hashlib.sha256(data).hexdigest())
+    request = ExtractRequest(job_id="mf-" + "e" * 32, action="ocr_pdf", artifact=ArtifactRef(
+        digest=digest, media_type="application/pdf", bytes=len(data), modality="pdf"))
+    return run_request(request, manifest=default_manifest(), store=store)
+
+
+def test_a_pdf_read_whole_is_verified(tmp_path: Path) -> None:
+    from tests.media import text_pdf
+
+    outcome = _run_pdf(text_pdf(5), tmp_path)
+    assert outcome.status == "ok" and "read_whole" not in outcome.checks and all(outcome.checks.values())
+
+
+def test_a_pdf_that_lost_only_its_xref_is_ok_but_not_verified(tmp_path: Path) -> None:
+    """MuPDF rebuilds the table and every page's text is there: the repair is recorded."""
+    from adapters.bundle import build_bundle
+    from tests.media import text_pdf
+
+    data = text_pdf(5)
+    outcome = _run_pdf(data[: int(len(data) * 0.95)], tmp_path)
+    assert outcome.status == "ok" and outcome.checks["read_whole"] is False
+    bundle = build_bundle(outcome, default_manifest().capability("ocr_pdf"))
+    claims = [n for n in bundle.nodes if n.node_type == "Claim"]
+    assert claims and not any(c.properties["is_verified"] for c in claims)
+
+
+def test_a_pdf_cut_short_with_text_missing_is_corrupt_input(tmp_path: Path) -> None:
+    """Failure 11: cut to 80%, MuPDF repaired it and 48 of 360 words were silently missing."""
+    from tests.media import text_pdf
+
+    data = text_pdf(5)
+    outcome = _run_pdf(data[: int(len(data) * 0.8)], tmp_path)
+    assert outcome.status == "failed" and outcome.error.code == ErrorCode.CORRUPT_INPUT

@@ -27,7 +27,7 @@ from contract.errors import (
     to_public,
 )
 from contract.jobs import ExtractRequest, Outcome
-from contract.manifest import DeviceClass, Manifest
+from contract.manifest import DeviceClass, Manifest, Modality
 from mediafleet.blobstore import BlobStore
 from workers.engines import configure, engine_config
 from workers.extractor import ProgressFn, load_extractor
@@ -90,6 +90,12 @@ def run_request(
         extractor = load_extractor(capability)
         with store.verified_path(request.artifact.digest) as path, _threads(request.threads):
             checks["digest_recomputed"] = True
+            if request.artifact.modality == Modality.PDF:
+                # Imported here: PyMuPDF is loaded only by processes that read PDFs.
+                from workers.pdf.integrity import read_whole
+
+                if not read_whole(path):
+                    checks["read_whole"] = False  # MuPDF rebuilt its lost xref: ok, the claim not verified
             result = extractor(path, options, capability.limits, progress, StoreSink(store))
             if inline_parts:
                 result = join_inline(result, path, manifest)
