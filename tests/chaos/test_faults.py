@@ -66,14 +66,7 @@ def test_a_full_blob_disk_at_dispatch_is_a_public_retryable_error(fleet_env, sta
         path = tmp_path / f"doc{i}.pdf"
         path.write_bytes(text_pdf(3 + i))
         files.append(path)
-    filler = small_disk / "filler"
-    with open(filler, "wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-        except OSError:
-            pass
+    filler = _fill(small_disk)
     full = _cli(["extract", *map(str, files), "--json", "--timeout", "30"], env)
     assert full.returncode == 1, full.stderr
     assert "Traceback" not in full.stderr and str(ROOT) not in full.stderr and ".venv" not in full.stderr
@@ -84,6 +77,42 @@ def test_a_full_blob_disk_at_dispatch_is_a_public_retryable_error(fleet_env, sta
     freed = _cli(["extract", *map(str, files), "--json", "--timeout", "60"], env)
     assert freed.returncode == 0, freed.stderr
     assert [json.loads(line)["status"] for line in freed.stdout.splitlines()] == ["ok", "ok"]
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_on_a_worker_fails_its_job_retryably(small_disk: Path, tmp_path: Path) -> None:
+    """Failure 4, on the worker: the keyframes a video job derives cannot be stored. That was
+    ``internal_error``, not retryable; the disk freed, resubmitting returned it for good."""
+    from contract.jobs import ArtifactRef, ExtractRequest
+    from contract.manifest import default_manifest
+    from mediafleet.blobstore import LocalBlobStore
+    from tests.test_video_clips import write_clip
+    from workers.runner import run_request
+
+    clip = tmp_path / "clip.mp4"
+    write_clip(clip, [(0, 25), (1, 25)])
+    store = LocalBlobStore(small_disk / "blobs")
+    digest = store.put_bytes(clip.read_bytes())
+    request = ExtractRequest(job_id="mf-" + "d" * 32, action="extract_keyframes", options={"speech": False},
+                             artifact=ArtifactRef(digest=digest, media_type="video/mp4", bytes=clip.stat().st_size,
+                                                  modality="video"))
+    filler = _fill(small_disk)
+    full = run_request(request, manifest=default_manifest(), store=store)
+    assert full.status == "failed" and full.error.retryable, full.error
+    assert full.error.code == ErrorCode.ENGINE_UNAVAILABLE and "full" in full.error.message
+    filler.unlink()
+    assert run_request(request, manifest=default_manifest(), store=store).status == "ok"
 
 
 def test_a_worker_frozen_past_its_hard_limit_is_not_a_sticky_timeout(fleet_env, start_worker, tmp_path: Path) -> None:
