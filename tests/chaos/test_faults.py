@@ -141,8 +141,9 @@ def test_a_worker_frozen_past_its_hard_limit_is_not_a_sticky_timeout(fleet_env, 
 
 
 def test_a_refused_message_does_not_wedge_its_job(redis_server, start_worker, tmp_path: Path) -> None:
-    """Failure 3: a worker with signing on refuses an unsigned message; its job's record stayed
-    ``queued, sent=1`` for the record's TTL and a correct (signed) resubmission waited on it in vain."""
+    """Failure 3: a worker with signing on refuses an unsigned message, or one signed with a key it
+    does not trust; the job's record stayed ``queued, sent=1`` for the record's TTL and a correct
+    (signed) resubmission waited on it in vain."""
     from tests.test_security import _cert, _key, _write
 
     key = _key()
@@ -166,4 +167,26 @@ def test_a_refused_message_does_not_wedge_its_job(redis_server, start_worker, tm
     started = time.monotonic()
     signed = _cli(["extract", str(pdf), "--json", "--timeout", "30"], {**base, **signing})
     record_time("a job whose unsigned message was refused: resubmitted signed, done", time.monotonic() - started)
+    assert signed.returncode == 0, signed.stderr
+
+    # Signed, but with a key whose certificate the workers do not trust.
+    rogue_key = _key()
+    rogue_dir = tmp_path / "rogue"
+    rogue_dir.mkdir()
+    rogue_cert = _write(rogue_dir / "rogue.pem", cert=_cert("not the fleet", rogue_key))
+    rogue = {"MEDIAFLEET_SIGNING_KEY_FILE": str(_write(tmp_path / "rogue.key", key=rogue_key)),
+             "MEDIAFLEET_SIGNING_CERT_FILE": str(rogue_cert), "MEDIAFLEET_SIGNING_CERT_STORE": str(rogue_dir)}
+    other = tmp_path / "other.pdf"
+    other.write_bytes(text_pdf(3))
+
+    def refusals() -> int:  # Celery's two ways of refusing: bad content type, failed signature
+        log = worker.log.read_bytes().lower()
+        return log.count(b"received invalid task message") + log.count(b"can't decode message body")
+
+    before = refusals()
+    wrongly = _cli(["extract", str(other), "--json", "--timeout", "5"], {**base, **rogue})
+    assert wrongly.returncode != 0
+    assert "Traceback" not in wrongly.stderr, wrongly.stderr
+    wait_for(lambda: refusals() > before, timeout=20, what="the worker to refuse the wrongly signed message")
+    signed = _cli(["extract", str(other), "--json", "--timeout", "30"], {**base, **signing})
     assert signed.returncode == 0, signed.stderr
