@@ -4,7 +4,12 @@ from adapters.bundle import build_bundle, refused_bundle
 from adapters.ids import canonical, job_id, token
 from adapters.loci import Bounds, LocusDraft, to_loci
 from adapters.prov import prov_jsonld, to_turtle
-from adapters.stream import BUNDLE_STREAM_FORMAT, bundle_lines, read_bundle_lines, write_bundle_lines
+from adapters.stream import (
+    BUNDLE_STREAM_FORMAT,
+    bundle_lines,
+    read_bundle_lines,
+    write_bundle_lines,
+)
 from adapters.verify import inside, loci_valid
 
 __all__ = [

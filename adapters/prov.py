@@ -145,7 +145,7 @@ def turtle_lines(document: dict[str, Any]) -> Iterator[str]:
         yield f"@prefix {prefix}: <{iri}> .\n"
     for entry in document.get("@graph", []):
         if not isinstance(entry, dict) or not isinstance(entry.get("@id"), str):
-            raise ValueError("a @graph entry without an @id")
+            raise ValueError("a @graph entry without an @id")  # noqa: TRY004 (a malformed document, as the others)
         statements: list[str] = []
         types = entry.get("@type", [])
         for kind in [types] if isinstance(types, str) else types:

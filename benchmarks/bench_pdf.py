@@ -102,8 +102,8 @@ def main(pages: int = 500, small_jobs: int = 20) -> None:
     real = []
     for doc_path in real_pdfs():
         local.submit(doc_path).bundle()  # warm: the first run of a file pays for its blob copy
-        rb = median_seconds(lambda: bare(doc_path), repeat=5)
-        rl = median_seconds(lambda: local.submit(doc_path).bundle(), repeat=5)
+        rb = median_seconds(lambda p=doc_path: bare(p), repeat=5)
+        rl = median_seconds(lambda p=doc_path: local.submit(p).bundle(), repeat=5)
         real.append((doc_path, page_count(doc_path), rb, rl))
 
     long_path = tmp / "long.pdf"

@@ -19,6 +19,7 @@ largest page, not the document (a 2,000-page PDF is never held whole).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def page_text(lines: Sequence[TextBox]) -> str:
     if not lines:
         return ""
     parts = [lines[0].text]
-    for prev, line in zip(lines, lines[1:]):
+    for prev, line in pairwise(lines):
         head = prev.text.rstrip()
         rest = line.text.lstrip()
         if (
