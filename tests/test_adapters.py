@@ -244,3 +244,20 @@ def test_turtle_is_written_directly_with_exactly_the_json_ld_triples(manifest: M
         to_turtle({**ok.prov, "@context": {"prov": "http://example.org/other#"}})
     with pytest.raises(ValueError):
         to_turtle({**ok.prov, "@graph": [{"@id": "eg:locus:" + "a" * 32, "mf:nested": {"x": [1]}}]})
+
+
+def test_mapping_the_same_result_twice_reuses_its_drafts_and_forgets_them_with_it() -> None:
+    import gc
+
+    from adapters import loci
+
+    result = _result()
+    first = loci.to_loci(result, DIGEST)
+    again = loci.to_loci(result, DIGEST)
+    assert again == first and again is not first and all(a is b for a, b in zip(again, first, strict=True))
+    assert loci.to_loci(result, "other-document") != first  # another document id is mapped anew
+    equal_copy = result.model_copy()
+    assert loci.to_loci(equal_copy, DIGEST) == first  # an equal result gives equal drafts
+    del result, equal_copy
+    gc.collect()
+    assert loci._last is None
