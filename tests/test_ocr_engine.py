@@ -14,7 +14,7 @@ from contract import DeviceClass, Unavailable
 from workers.ocr.ctc import Decoded, decode
 from workers.ocr.device import CUDA_PROVIDER, check_device
 from workers.ocr.engine import OcrEngine
-from workers.ocr.lines import OcrLine, join_pieces, normalise
+from workers.ocr.lines import OcrLine, capitals, join_pieces, normalise
 from workers.ocr.spacing import with_spaces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -116,7 +116,24 @@ def test_the_recognisers_own_spaces_set_the_bar_for_monospaced_lines() -> None:
     assert with_spaces(_line("ab c", [15, 45, 70, 95]), crop).text == "ab c"
 
 
+def test_a_space_the_recogniser_read_inside_a_word_is_taken_out() -> None:
+    # "fi le": its space sits where the ink runs on (a 2 px letter gap against a 16 px x-height).
+    crop = _crop([(10, 20), (22, 32), (34, 44), (70, 80)])
+    assert with_spaces(_line("ab cd", [15, 27, 30, 39, 75]), crop).text == "abc d"
+
+
 # -- text and lines -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("word", "fixed"),
+    [("NoT", "NOT"), ("ERRoR", "ERROR"), ("AsN1_succEss", "ASN1_SUCCESS"), ("FouND,", "FOUND,"),
+     ("PDFs", "PDFs"), ("URLs.", "URLs."), ("McCoy", "McCoy"), ("iOS", "iOS"), ("Os", "Os"), ("Hello", "Hello"),
+     ("NASA", "NASA")],
+)
+def test_same_shape_letters_in_a_word_of_capitals_are_capitals(word: str, fixed: str) -> None:
+    assert capitals(word) == fixed
+    assert normalise(f"if {word} then") == f"if {fixed} then"
+
 
 def test_full_width_punctuation_becomes_ascii_outside_cjk_text() -> None:
     assert normalise("Hello，world：  ok\u3000now") == "Hello,world: ok now"

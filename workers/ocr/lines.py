@@ -24,13 +24,16 @@ from workers.ocr.engine import OcrEngine, get_engine
 from workers.ocr.spacing import with_spaces
 from workers.reading_order import reading_order
 
-__all__ = ["JOIN_GAP", "MIN_CONFIDENCE", "SAME_ROW", "OcrLine", "join_pieces", "normalise", "read_lines"]
+__all__ = ["JOIN_GAP", "MIN_CONFIDENCE", "SAME_ROW", "OcrLine", "capitals", "join_pieces", "normalise", "read_lines"]
 
 MIN_CONFIDENCE = 0.5
 SAME_ROW = 0.6
 JOIN_GAP = 1.2
 _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _SPACES = re.compile(r"\s+")
+# Latin letters whose small and capital forms differ only in size: in a word of capitals the
+# recogniser (which reads one line with no dictionary) often takes these for small ones.
+_SAME_SHAPE = set("cosuvwxz")
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,33 @@ class OcrLine:
 
 
 def normalise(text: str) -> str:
-    """Whitespace collapsed; outside CJK text, full-width punctuation and letters made ASCII.
+    """Whitespace collapsed; outside CJK text, full-width punctuation and letters made ASCII, and
+    words of capitals made whole (:func:`capitals`).
 
     The Chinese recogniser often reads an English comma or colon as its full-width form.
     """
     text = _SPACES.sub(" ", text.replace("\u3000", " ")).strip()
     if _CJK.search(text):
         return text
-    return "".join(unicodedata.normalize("NFKC", c) if "\uff01" <= c <= "\uff5e" else c for c in text)
+    text = "".join(unicodedata.normalize("NFKC", c) if "\uff01" <= c <= "\uff5e" else c for c in text)
+    return " ".join(capitals(word) for word in text.split(" "))
+
+
+def capitals(word: str) -> str:
+    """A word of capitals with same-shape letters read small ("NoT", "AsN1_succEss") in capitals.
+
+    Only when every other letter of the word is a capital, there are at least two of them, and a
+    lone final "s" ("PDFs", "URLs") is the only small letter left alone.
+    """
+    letters = [c for c in word if c.isascii() and c.isalpha()]
+    small = [c for c in letters if c.islower()]
+    if not small or any(c not in _SAME_SHAPE for c in small):
+        return word
+    if len(letters) - len(small) < 2:
+        return word
+    if len(small) == 1 and word.rstrip(".,:;!?)]}'\"").endswith("s"):
+        return word
+    return "".join(c.upper() if c.isascii() and c in _SAME_SHAPE else c for c in word)
 
 
 def _box(quad: np.ndarray, width: int, height: int) -> tuple[float, float, float, float] | None:

@@ -9,7 +9,9 @@ x-heights is a space. Where the recogniser did emit spaces on the line, a new on
 at least ``KEEP_WITH_OWN`` of the narrowest gap it used, so the wide letter cells of monospaced
 fonts are not split into words. No space is put before closing punctuation or after opening
 punctuation (the gap after a "1" or an "r" before a colon is often wide, and English never spaces
-there).
+there). The other way round, a space the recogniser read where the line image shows under
+``DROP_GAP`` x-heights of clear columns between its neighbours is no word gap and is taken out: the PP-OCRv5 recogniser
+reads a space after the "fi" ligature ("fi le", "identifi er") in typeset text.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import numpy as np
 
 from workers.ocr.ctc import Decoded
 
-__all__ = ["KEEP_WITH_OWN", "WORD_GAP", "with_spaces"]
+__all__ = ["DROP_GAP", "KEEP_WITH_OWN", "WORD_GAP", "with_spaces"]
 
 WORD_GAP = 0.5
 KEEP_WITH_OWN = 0.75
+DROP_GAP = 0.25
 # Rows with at least this share of the busiest row's ink form the x-height band.
 _XBAND = 0.3
 # Rows with at least this share make the whole text band (ascenders and descenders included).
@@ -70,19 +73,31 @@ def with_spaces(line: Decoded, crop: np.ndarray) -> Decoded:
     def gap(i: int, j: int) -> int:
         return _widest_blank(blank, int(np.ceil(centres[i])), int(np.floor(centres[j])) + 1)
 
-    own = [gap(i - 1, i + 1) for i, c in enumerate(line.chars) if c == " " and 0 < i < len(line.chars) - 1]
+    inner = [i for i, c in enumerate(line.chars)
+             if c == " " and 0 < i < len(line.chars) - 1 and line.chars[i - 1] != " " and line.chars[i + 1] != " "]
+    own = [gap(i - 1, i + 1) for i in inner]
+    # Whether to drop one: over the neighbours' whole spans, since a CTC span can sit a few pixels
+    # off its glyph (a narrower window can miss most of a real word gap).
+    dropped = {i for i in inner
+               if _widest_blank(blank, int(np.floor(line.spans[i - 1][0])), int(np.ceil(line.spans[i + 1][1])))
+               < DROP_GAP * x_height}
+    own = [g for i, g in zip(inner, own, strict=True) if i not in dropped]
     need = WORD_GAP * x_height
     if own:
         need = max(need, KEEP_WITH_OWN * min(own))
     chars, probs, spans = [line.chars[0]], [line.probs[0]], [line.spans[0]]
+    last = 0  # the character kept before this one
     for i in range(1, len(line.chars)):
-        prev, cur = line.chars[i - 1], line.chars[i]
+        if i in dropped:
+            continue
+        prev, cur = line.chars[last], line.chars[i]
         if (prev != " " and cur != " " and cur not in _NO_SPACE_BEFORE and prev not in _NO_SPACE_AFTER
-                and gap(i - 1, i) >= need):
-            x = (line.spans[i - 1][1] + line.spans[i][0]) / 2
+                and gap(last, i) >= need):
+            x = (line.spans[last][1] + line.spans[i][0]) / 2
             chars.append(" ")
-            probs.append(min(line.probs[i - 1], line.probs[i]))
+            probs.append(min(line.probs[last], line.probs[i]))
             spans.append((x, x))
+        last = i
         chars.append(cur)
         probs.append(line.probs[i])
         spans.append(line.spans[i])
