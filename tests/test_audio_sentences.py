@@ -18,7 +18,7 @@ from tests.test_audio import assert_invariants, pcm16, transcribe, write_wav
 from workers.audio import transcribe as transcribe_module
 from workers.audio import vad
 from workers.audio.decode import SAMPLE_RATE
-from workers.audio.sentences import ends_sentence
+from workers.audio.sentences import abbreviation, ends_sentence
 
 DASHWOOD = "And Mr. John Dashwood had then leisure to consider how much there might be prudently in his power to do for them."
 MORE = "Dr. Smith met Mrs. Jones on Elm Street at five. Then they all went home."
@@ -63,6 +63,15 @@ needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="esp
 )
 def test_which_words_end_a_sentence(word: str, following: str | None, ends: bool) -> None:
     assert ends_sentence(word, following) is ends
+
+
+@pytest.mark.parametrize(
+    ("word", "following", "is_abbreviation"),
+    [(" Mr.", " John", True), (" e.g.", " Paris", True), (" etc.", " and", True), (" etc.", " The", False),
+     (" them.", " Then", False), (" so...", " Then", False), (" why?", " Because", False), (" home", " And", False)],
+)
+def test_which_full_stops_are_abbreviations(word: str, following: str, is_abbreviation: bool) -> None:
+    assert abbreviation(word, following) is is_abbreviation
 
 
 def _say(text: str, folder: Path, name: str) -> np.ndarray:
@@ -122,4 +131,18 @@ def test_a_sentence_cut_between_two_windows_is_one_segment(tmp_path: Path, monke
     (segment,) = result.segments
     assert words(segment.text)[:3] == words("And Mr. John")
     assert windows[0][1] * 1000 // SAMPLE_RATE <= segment.words[2].start_ms  # "John" came from the second
+    assert_invariants(result)
+
+
+@needs_espeak
+def test_a_long_pause_after_mr_does_not_end_the_segment(tmp_path: Path) -> None:
+    """1.5 s of silence after "Mr." (a pause that would otherwise start a segment): still one."""
+    first, rest = DASHWOOD.split(" John ", 1)
+    audio = np.concatenate([_silence(0.5), _say(first, tmp_path, "a"), _silence(1.5),
+                            _say(f"John {rest}", tmp_path, "b"), _silence(0.5)])
+    result = transcribe(write_wav(tmp_path / "pause.wav", audio))
+    (segment,) = result.segments
+    assert words(segment.text)[:3] == words("And Mr. John")
+    mr, john = segment.words[1], segment.words[2]
+    assert john.start_ms - mr.end_ms >= 1000  # the pause is there, and did not cut
     assert_invariants(result)

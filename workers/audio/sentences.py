@@ -14,7 +14,7 @@ Pure functions of the words (no clock, no I/O), so segmentation is the same on e
 
 from __future__ import annotations
 
-__all__ = ["ends_sentence"]
+__all__ = ["abbreviation", "ends_sentence"]
 
 _ALWAYS = (".", "?", "!", "…", "。", "？", "！")
 _CLOSERS = "\"')]}»”’"
@@ -56,3 +56,12 @@ def ends_sentence(word: str, following: str | None = None) -> bool:
         return False
     # Whisper starts a sentence with a capital: "etc. and", "p.m. on", "Inc. said" go on.
     return not nxt[:1].islower()
+
+
+def abbreviation(word: str, following: str | None = None) -> bool:
+    """Whether ``word``'s final full stop is an abbreviation's ("Mr.", "e.g.", "etc." before "and").
+
+    A segment never ends after one, not even at a long pause: more of the sentence follows.
+    """
+    token = word.strip().rstrip(_CLOSERS)
+    return token.endswith(".") and not token.endswith("...") and not ends_sentence(word, following)

@@ -10,9 +10,10 @@ batch of windows, whatever the recording's length.
 
 Segments: with word timestamps (the default) a window's text is cut into segments after each word
 that ends a sentence (:func:`workers.audio.sentences.ends_sentence`: not after "Mr.", "e.g." or
-"etc. and") and at pauses of a second or more, and a window's first segment continues the previous
-window's last when that one did not end a sentence and no such pause parts them (up to
-``_WINDOW_S`` long); without word timestamps a window is one segment.
+"etc. and") and at pauses of a second or more (but never right after an abbreviation), and a
+window's first segment continues the previous window's last when that one did not end a sentence
+and no such pause parts them (up to ``_WINDOW_S`` long); without word timestamps a window is one
+segment.
 Times come back onto the recording through the window's speech regions, in integer milliseconds.
 Rules that keep every segment a valid AudioRange (documented in the README):
 
@@ -39,7 +40,7 @@ from contract.errors import CapabilityRefused, ErrorCode, InternalError
 from contract.manifest import Limits
 from workers.audio.decode import SAMPLE_RATE, SAMPLES_PER_MS, open_audio
 from workers.audio.model import Whisper, whisper
-from workers.audio.sentences import ends_sentence
+from workers.audio.sentences import abbreviation, ends_sentence
 from workers.audio.vad import (
     FixedWindows,
     Samples,
@@ -197,8 +198,9 @@ class _Run:
                           "probability": _clip(float(word.probability), 0.0, 1.0)})
         groups: list[list[dict[str, Any]]] = []
         for word in words:
-            if (not groups or ends_sentence(groups[-1][-1]["word"], word["word"])
-                    or word["start_ms"] - groups[-1][-1]["end_ms"] >= _PAUSE_MS):
+            last = groups[-1][-1] if groups else None
+            if (last is None or ends_sentence(last["word"], word["word"])
+                    or (word["start_ms"] - last["end_ms"] >= _PAUSE_MS and not abbreviation(last["word"], word["word"]))):
                 groups.append([])
             groups[-1].append(word)
         first = len(self.pieces)
@@ -219,8 +221,11 @@ class _Run:
         if not self.pieces or not piece.words:
             return False
         previous = self.pieces[-1]
-        return (bool(previous.words) and not ends_sentence(previous.words[-1]["word"], piece.words[0]["word"])
-                and piece.start_ms - previous.end_ms < _PAUSE_MS
+        if not previous.words:
+            return False
+        last, first = previous.words[-1]["word"], piece.words[0]["word"]
+        return (not ends_sentence(last, first)
+                and (piece.start_ms - previous.end_ms < _PAUSE_MS or abbreviation(last, first))
                 and piece.end_ms > previous.end_ms
                 and piece.end_ms - previous.start_ms <= _WINDOW_S * 1000)
 
