@@ -19,7 +19,7 @@ from workers.sink import BlobSink
 __all__ = ["DETECT_MAX_SIDE", "EXTRACTOR", "EXTRACTOR_VERSION", "analyze_image"]
 
 EXTRACTOR = "mediafleet.image.analyze"
-EXTRACTOR_VERSION = "1"
+EXTRACTOR_VERSION = "2"
 # The detector sees an image scaled to at most this many pixels on its longer side (RapidOCR's
 # own default); lines are then read from the full-resolution image.
 DETECT_MAX_SIDE = 2000

@@ -36,7 +36,7 @@ from workers.sink import BlobSink
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines", "page_text"]
 
 EXTRACTOR = "mediafleet.pdf.textlayer"
-EXTRACTOR_VERSION = "2"
+EXTRACTOR_VERSION = "3"
 
 ProgressFn = Callable[[int, int | None], None]
 

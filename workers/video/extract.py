@@ -52,7 +52,7 @@ from workers.video.speech import track_speech
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_keyframes"]
 
 EXTRACTOR = "mediafleet.video.keyframes"
-EXTRACTOR_VERSION = "1"
+EXTRACTOR_VERSION = "2"
 
 ProgressFn = Callable[[int, "int | None"], None]
 _PROGRESS_EVERY = 64  # frames
