@@ -226,7 +226,7 @@ def with_claims(bundle: EvidenceBundle, claims: CallerClaims | None) -> Evidence
     """
     if claims is None:
         return bundle
-    artifact = bundle.artifact.model_copy(update={"claimed": claims})
+    facts = _claim_facts(claims)
     nodes = []
     for node in bundle.nodes:
         props = node.properties
@@ -240,16 +240,13 @@ def with_claims(bundle: EvidenceBundle, claims: CallerClaims | None) -> Evidence
             props = {**props, "checks": checks, "is_verified": all(checks.values()),
                      **({"not_compared": not_compared} if not_compared else {})}
         elif node.node_type == "ProvenanceActivity":
-            props = {**props, **_claim_facts(claims)}
+            props = {**props, **facts}
         nodes.append(node.model_copy(update={"properties": props}))
-    prov = dict(bundle.prov)
-    artifact_iri = _iri_of(bundle)
-    prov["@graph"] = [
-        {**entry, **{f"mf:{k}": v for k, v in _claim_facts(claims).items()}} if entry.get("@id") == artifact_iri
-        else entry
-        for entry in bundle.prov.get("@graph", [])
-    ]
-    return bundle.model_copy(update={"artifact": artifact, "nodes": nodes, "prov": prov})
+    # The artifact's PROV entity is the one that carries its digest (see prov_jsonld).
+    graph = [{**entry, **{f"mf:{k}": v for k, v in facts.items()}} if "mf:digest" in entry else entry
+             for entry in bundle.prov.get("@graph", [])]
+    return bundle.model_copy(update={"artifact": bundle.artifact.model_copy(update={"claimed": claims}),
+                                     "nodes": nodes, "prov": {**bundle.prov, "@graph": graph}})
 
 
 def _claim_facts(claims: CallerClaims) -> dict[str, Any]:
@@ -260,12 +257,3 @@ def _claim_facts(claims: CallerClaims) -> dict[str, Any]:
     if claims.media_type is not None:
         facts |= {"claimedMediaType": claims.media_type, "mediaTypeAgrees": claims.media_type_agrees}
     return facts
-
-
-def _iri_of(bundle: EvidenceBundle) -> str:
-    """The PROV IRI of the bundle's artifact entity (the blob, as :func:`prov_jsonld` names it)."""
-    blob_id = f"blob:{bundle.artifact.digest.removeprefix('sha256:')}"
-    for entry in bundle.prov.get("@graph", []):
-        if entry.get("@type") == "prov:Entity" and "mf:digest" in entry:
-            return str(entry["@id"])
-    return blob_id
