@@ -456,8 +456,8 @@ def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False, upstr
         try:
             theirs = await upstream.list_tools()
         except UpstreamUnavailable:
-            log.warning("the upstream cannot be reached: listing only mediafleet's tools")
-            theirs = []
+            log.warning("the upstream cannot be reached: listing its tools as last seen")
+            theirs = list(getattr(upstream, "last_tools", None) or [])
         return types.ListToolsResult(tools=merge_tools(listed, theirs, tools.served))
 
     async def call_tool(ctx: Any, params: Any) -> Any:
