@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mediafleet  # noqa: F401 - imported first, as the package expects
-from benchmarks.harness import table, write_results
+from benchmarks.harness import REAL_PDF_ROOT, real_pdfs, table, write_results
 from contract import DeviceClass, Limits, PdfOptions
 from workers.engines import EngineConfig, configure
 from workers.pdf.mupdf import pymupdf
@@ -44,7 +44,6 @@ from workers.pdf.textlayer import extract_pdf
 DPI = 200
 FONTS = ["helv", "tiro", "cour"]
 LIMITS = Limits(max_bytes=1 << 30, max_pages=1000, max_pixels=50_000_000)
-REAL_PDF_ROOT = Path("/usr/share/doc")
 REAL_MIN_WORDS = 250
 
 
@@ -98,15 +97,8 @@ def scans(pdf: bytes, which: set[int] | None, folder: Path) -> tuple[bytes, list
 
 def real_pages(limit: int, per_pdf: int = 2) -> list[tuple[str, bytes, str]]:
     """(label, one-page PDF, its text layer) for text-heavy pages of real PDFs, largest PDF first."""
-    found = []
-    for path in REAL_PDF_ROOT.rglob("*.pdf"):
-        try:
-            if path.is_file() and not path.is_symlink():
-                found.append((path.stat().st_size, path))
-        except OSError:
-            continue
     out: list[tuple[str, bytes, str]] = []
-    for _, path in sorted(found, reverse=True):
+    for path in real_pdfs():
         try:
             doc = pymupdf.open(path, filetype="pdf")
         except RuntimeError:  # an unreadable manual is skipped

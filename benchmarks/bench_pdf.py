@@ -27,7 +27,7 @@ sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
 
 import pymupdf  # noqa: E402
 
-from benchmarks.harness import fleet, median_seconds, table, write_results  # noqa: E402
+from benchmarks.harness import REAL_PDF_ROOT, fleet, median_seconds, real_pdfs, table, write_results  # noqa: E402
 from mediafleet import Dispatcher, Settings  # noqa: E402
 
 WORDS = "harbour ledger quartz orbit falcon granite willow copper velvet summit river canvas".split()
@@ -52,20 +52,7 @@ def bare(path: Path) -> None:
     doc.close()
 
 
-REAL_PDF_ROOT = Path("/usr/share/doc")
 LONG_PAGES = 900
-
-
-def real_pdfs(limit: int = 3) -> list[Path]:
-    """The largest readable PDFs under /usr/share/doc (Debian packages' manuals), largest first."""
-    found = []
-    for path in REAL_PDF_ROOT.rglob("*.pdf"):
-        try:
-            if path.is_file() and not path.is_symlink():
-                found.append((path.stat().st_size, path))
-        except OSError:
-            continue
-    return [p for _, p in sorted(found, reverse=True)[:limit]]
 
 
 def page_count(path: Path) -> int:
@@ -100,7 +87,7 @@ def main(pages: int = 500, small_jobs: int = 20) -> None:
     t_small_local = median_seconds(lambda: [local.submit(s).bundle() for s in smalls[:small_jobs]]) / small_jobs
 
     real = []
-    for doc_path in real_pdfs():
+    for doc_path in real_pdfs(3):
         local.submit(doc_path).bundle()  # warm: the first run of a file pays for its blob copy
         rb = median_seconds(lambda p=doc_path: bare(p), repeat=5)
         rl = median_seconds(lambda p=doc_path: local.submit(p).bundle(), repeat=5)

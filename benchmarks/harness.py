@@ -120,3 +120,19 @@ def wer(reference: str, hypothesis: str) -> float:
         for j, h in enumerate(hyp, 1):
             row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (r != h))
     return row[len(hyp)] / len(ref)
+
+
+REAL_PDF_ROOT = Path("/usr/share/doc")
+
+
+def real_pdfs(limit: int | None = None) -> list[Path]:
+    """The readable PDF files under /usr/share/doc (Debian packages' manuals), largest first."""
+    found = []
+    for path in REAL_PDF_ROOT.rglob("*.pdf"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                found.append((path.stat().st_size, path))
+        except OSError:
+            continue
+    ordered = [p for _, p in sorted(found, reverse=True)]
+    return ordered if limit is None else ordered[:limit]
