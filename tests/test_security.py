@@ -80,6 +80,17 @@ def _write(path: Path, key: rsa.RSAPrivateKey | None = None, cert: x509.Certific
     return path
 
 
+def signing_env(folder: Path, name: str = "fleet", store: str = "trusted",
+                subject: str = "mediafleet signer") -> dict[str, str]:
+    """A new signing key and its certificate, alone in a trust store, as the MEDIAFLEET_SIGNING_* settings."""
+    key = _key()
+    trusted = folder / store
+    trusted.mkdir()
+    cert_file = _write(trusted / f"{name}.pem", cert=_cert(subject, key))
+    return {"MEDIAFLEET_SIGNING_KEY_FILE": str(_write(folder / f"{name}.key", key=key)),
+            "MEDIAFLEET_SIGNING_CERT_FILE": str(cert_file), "MEDIAFLEET_SIGNING_CERT_STORE": str(trusted)}
+
+
 def _worker(env: dict[str, str], log: Path) -> WorkerProcess:
     return WorkerProcess(env, ["--concurrency=1"], log).start()
 
@@ -142,12 +153,7 @@ def test_redis_over_tls(tmp_path: Path) -> None:
 
 
 def test_signed_messages_run_and_unsigned_ones_are_refused(redis_server, tmp_path: Path) -> None:
-    key = _key()
-    store = tmp_path / "trusted"
-    store.mkdir()
-    cert_file = _write(store / "fleet.pem", cert=_cert("mediafleet signer", key))
-    signing = {"MEDIAFLEET_SIGNING_KEY_FILE": str(_write(tmp_path / "fleet.key", key=key)),
-               "MEDIAFLEET_SIGNING_CERT_FILE": str(cert_file), "MEDIAFLEET_SIGNING_CERT_STORE": str(store)}
+    signing = signing_env(tmp_path)
     base = {"MEDIAFLEET_BROKER_URL": f"redis://127.0.0.1:{redis_server.port}/15",
             "MEDIAFLEET_BLOB_ROOT": str(tmp_path / "blobs")}
     import redis

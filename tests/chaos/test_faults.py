@@ -144,14 +144,9 @@ def test_a_refused_message_does_not_wedge_its_job(redis_server, start_worker, tm
     """Failure 3: a worker with signing on refuses an unsigned message, or one signed with a key it
     does not trust; the job's record stayed ``queued, sent=1`` for the record's TTL and a correct
     (signed) resubmission waited on it in vain."""
-    from tests.test_security import _cert, _key, _write
+    from tests.test_security import signing_env
 
-    key = _key()
-    store = tmp_path / "trusted"
-    store.mkdir()
-    cert_file = _write(store / "fleet.pem", cert=_cert("mediafleet signer", key))
-    signing = {"MEDIAFLEET_SIGNING_KEY_FILE": str(_write(tmp_path / "fleet.key", key=key)),
-               "MEDIAFLEET_SIGNING_CERT_FILE": str(cert_file), "MEDIAFLEET_SIGNING_CERT_STORE": str(store)}
+    signing = signing_env(tmp_path)
     import redis
 
     url = f"redis://127.0.0.1:{redis_server.port}/14"
@@ -170,12 +165,7 @@ def test_a_refused_message_does_not_wedge_its_job(redis_server, start_worker, tm
     assert signed.returncode == 0, signed.stderr
 
     # Signed, but with a key whose certificate the workers do not trust.
-    rogue_key = _key()
-    rogue_dir = tmp_path / "rogue"
-    rogue_dir.mkdir()
-    rogue_cert = _write(rogue_dir / "rogue.pem", cert=_cert("not the fleet", rogue_key))
-    rogue = {"MEDIAFLEET_SIGNING_KEY_FILE": str(_write(tmp_path / "rogue.key", key=rogue_key)),
-             "MEDIAFLEET_SIGNING_CERT_FILE": str(rogue_cert), "MEDIAFLEET_SIGNING_CERT_STORE": str(rogue_dir)}
+    rogue = signing_env(tmp_path, name="rogue", store="rogue", subject="not the fleet")
     other = tmp_path / "other.pdf"
     other.write_bytes(text_pdf(3))
 

@@ -25,14 +25,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_record_planted_in_redis_is_never_returned_as_evidence(redis_server, start_worker, tmp_path: Path) -> None:
-    from tests.test_security import _cert, _key, _write
+    from tests.test_security import signing_env
 
-    key = _key()
-    store = tmp_path / "trusted"
-    store.mkdir()
-    cert_file = _write(store / "fleet.pem", cert=_cert("mediafleet signer", key))
-    signing = {"MEDIAFLEET_SIGNING_KEY_FILE": str(_write(tmp_path / "fleet.key", key=key)),
-               "MEDIAFLEET_SIGNING_CERT_FILE": str(cert_file), "MEDIAFLEET_SIGNING_CERT_STORE": str(store)}
+    signing = signing_env(tmp_path)
     url = f"redis://127.0.0.1:{redis_server.port}/13"
     client = redis.Redis.from_url(url)
     client.flushdb()
