@@ -1,16 +1,16 @@
 """Pure mapping of worker results to located evidence, graph nodes, PROV-O and claims."""
 
-from adapters.bundle import build_bundle, refused_bundle
-from adapters.ids import canonical, job_id, token
-from adapters.loci import Bounds, LocusDraft, to_loci
-from adapters.prov import prov_jsonld, to_turtle
-from adapters.stream import (
+from mediafleet.adapters.bundle import build_bundle, refused_bundle
+from mediafleet.adapters.ids import canonical, job_id, token
+from mediafleet.adapters.loci import Bounds, LocusDraft, to_loci
+from mediafleet.adapters.prov import prov_jsonld, to_turtle
+from mediafleet.adapters.stream import (
     BUNDLE_STREAM_FORMAT,
     bundle_lines,
     read_bundle_lines,
     write_bundle_lines,
 )
-from adapters.verify import inside, loci_valid
+from mediafleet.adapters.verify import inside, loci_valid
 
 __all__ = [
     "BUNDLE_STREAM_FORMAT",

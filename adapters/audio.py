@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from adapters.drafts import Bounds, LocusDraft
-from contract.addresses import AudioRange
-from contract.audio import AudioResult
+from mediafleet.adapters.drafts import Bounds, LocusDraft
+from mediafleet.contract.addresses import AudioRange
+from mediafleet.contract.audio import AudioResult
 
 __all__ = ["AUDIO_TIMELINE", "audio_loci", "segment_loci"]
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from adapters.ids import canonical, locus_ref, ref, token
-from adapters.loci import LocusDraft, to_loci
-from adapters.nogc import collection_paused
-from adapters.prov import ProvFacts, prov_jsonld
-from adapters.verify import loci_valid
-from contract.bundle import BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
-from contract.errors import MediafleetError, PublicError
-from contract.jobs import Outcome
-from contract.locus import LocusSubject
-from contract.manifest import Capability
+from mediafleet.adapters.ids import canonical, locus_ref, ref, token
+from mediafleet.adapters.loci import LocusDraft, to_loci
+from mediafleet.adapters.nogc import collection_paused
+from mediafleet.adapters.prov import ProvFacts, prov_jsonld
+from mediafleet.adapters.verify import loci_valid
+from mediafleet.contract.bundle import BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
+from mediafleet.contract.errors import MediafleetError, PublicError
+from mediafleet.contract.jobs import Outcome
+from mediafleet.contract.locus import LocusSubject
+from mediafleet.contract.manifest import Capability
 
 __all__ = ["build_bundle", "refused_bundle", "with_claims"]
 

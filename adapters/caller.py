@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from contract.bundle import EvidenceBundle
-from contract.errors import ErrorCode, PublicError
+from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.contract.errors import ErrorCode, PublicError
 
 __all__ = ["caller_response", "failure_response", "inline_wanted"]
 

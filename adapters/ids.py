@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from contract.locus import opaque_ref
+from mediafleet.contract.locus import opaque_ref
 
 __all__ = ["canonical", "job_id", "locus_ref", "ref", "token"]
 

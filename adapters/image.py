@@ -7,9 +7,9 @@ are pixels of the upright image; ``image_id`` names the page as ``<document>:pag
 
 from __future__ import annotations
 
-from adapters.drafts import Bounds, LocusDraft
-from contract.addresses import ImageRegion
-from contract.image import ImageResult
+from mediafleet.adapters.drafts import Bounds, LocusDraft
+from mediafleet.contract.addresses import ImageRegion
+from mediafleet.contract.image import ImageResult
 
 __all__ = ["IMAGE_SPACE", "image_loci"]
 

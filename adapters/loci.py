@@ -9,12 +9,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from adapters.audio import audio_loci
-from adapters.drafts import Bounds, LocusDraft
-from adapters.image import image_loci
-from adapters.nogc import collection_paused
-from adapters.pdf import pdf_loci
-from adapters.video import video_loci
+from mediafleet.adapters.audio import audio_loci
+from mediafleet.adapters.drafts import Bounds, LocusDraft
+from mediafleet.adapters.image import image_loci
+from mediafleet.adapters.nogc import collection_paused
+from mediafleet.adapters.pdf import pdf_loci
+from mediafleet.adapters.video import video_loci
 
 __all__ = ["Bounds", "LocusDraft", "to_loci"]
 

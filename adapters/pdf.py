@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from adapters.drafts import Bounds, LocusDraft
-from contract.addresses import CharacterRange, ImageRegion, PageRegion
-from contract.pdf import PdfResult
+from mediafleet.adapters.drafts import Bounds, LocusDraft
+from mediafleet.contract.addresses import CharacterRange, ImageRegion, PageRegion
+from mediafleet.contract.pdf import PdfResult
 
 __all__ = ["PDF_SPACE", "pdf_loci"]
 

@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from contract.bundle import BUNDLE_FORMAT, EvidenceBundle
+from mediafleet.contract.bundle import BUNDLE_FORMAT, EvidenceBundle
 
 __all__ = ["BUNDLE_STREAM_FORMAT", "bundle_lines", "read_bundle_lines", "write_bundle_lines"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.drafts import LocusDraft
-from contract.addresses import (
+from mediafleet.adapters.drafts import LocusDraft
+from mediafleet.contract.addresses import (
     AudioRange,
     CharacterRange,
     FrameRange,

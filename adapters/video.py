@@ -9,10 +9,10 @@ one), so nothing is dropped or clamped.
 
 from __future__ import annotations
 
-from adapters.audio import segment_loci
-from adapters.drafts import Bounds, LocusDraft
-from contract.addresses import FrameRange, VideoTimeRange
-from contract.video import VideoResult
+from mediafleet.adapters.audio import segment_loci
+from mediafleet.adapters.drafts import Bounds, LocusDraft
+from mediafleet.contract.addresses import FrameRange, VideoTimeRange
+from mediafleet.contract.video import VideoResult
 
 __all__ = ["MEDIA_TIMELINE", "video_loci"]
 

@@ -57,7 +57,7 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
 
         dispatcher = Dispatcher(Settings(blob_root=Path(tempfile.mkdtemp(prefix="mf-bench-audio-"))))
         load = time.perf_counter()
-        from workers.audio.model import whisper
+        from mediafleet.workers.audio.model import whisper
 
         whisper()  # model load, outside the timing as for the plain paths
         load = time.perf_counter() - load

@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mediafleet  # noqa: F401 - imported first, as the package expects
 from benchmarks.harness import REAL_PDF_ROOT, real_pdfs, table, write_results
-from contract import DeviceClass, Limits, PdfOptions
-from workers.engines import EngineConfig, configure
-from workers.pdf.mupdf import pymupdf
-from workers.pdf.textlayer import extract_pdf
+from mediafleet.contract import DeviceClass, Limits, PdfOptions
+from mediafleet.workers.engines import EngineConfig, configure
+from mediafleet.workers.pdf.mupdf import pymupdf
+from mediafleet.workers.pdf.textlayer import extract_pdf
 
 DPI = 200
 FONTS = ["helv", "tiro", "cour"]
@@ -146,7 +146,7 @@ def main(pages: int = 3, mixed_pages: int = 10, real: int = 4) -> None:
     scanned, pngs = scans(pdf, None, tmp)
     (tmp / "scanned.pdf").write_bytes(scanned)
 
-    from workers.ocr.engine import get_engine
+    from mediafleet.workers.ocr.engine import get_engine
 
     t_load, _ = timed(get_engine)
     import cv2

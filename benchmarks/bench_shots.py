@@ -172,9 +172,9 @@ def score(found: list[int], truth: Truth) -> dict[str, object]:
 
 
 def mediafleet(path: Path, detector: str) -> list[int]:
-    from contract.manifest import Limits
-    from contract.video import VideoOptions
-    from workers.video.extract import extract_keyframes
+    from mediafleet.contract.manifest import Limits
+    from mediafleet.contract.video import VideoOptions
+    from mediafleet.workers.video.extract import extract_keyframes
 
     limits = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
     result = extract_keyframes(path, VideoOptions(detector=detector, speech=False), limits)  # type: ignore[arg-type]

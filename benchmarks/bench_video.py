@@ -124,10 +124,10 @@ def scenedetect_api(path: Path, seek_keyframes: bool) -> list[int]:
 
 
 def mediafleet_extract(path: Path) -> list[int]:
-    from contract.manifest import default_manifest
-    from contract.video import VideoOptions
-    from workers.sink import MemorySink
-    from workers.video.extract import extract_keyframes
+    from mediafleet.contract.manifest import default_manifest
+    from mediafleet.contract.video import VideoOptions
+    from mediafleet.workers.sink import MemorySink
+    from mediafleet.workers.video.extract import extract_keyframes
 
     limits = default_manifest().capability("extract_keyframes").limits
     result = extract_keyframes(path, VideoOptions(), limits, None, MemorySink())
@@ -167,7 +167,7 @@ def main(rounds: int = 5) -> None:
     if shutil.which("ffmpeg") is None:
         sys.exit("ffmpeg is not installed (bash tests/run.sh installs it)")
     from mediafleet import Dispatcher, Settings
-    from workers.engines import EngineConfig, configure
+    from mediafleet.workers.engines import EngineConfig, configure
 
     threads = os.cpu_count() or 1
     configure(EngineConfig(threads=threads))

@@ -1,6 +1,6 @@
 """mediafleet's one typed contract, imported by the dispatcher, the workers and the adapters."""
 
-from contract.addresses import (
+from mediafleet.contract.addresses import (
     AddressKind,
     AudioRange,
     CharacterRange,
@@ -14,10 +14,10 @@ from contract.addresses import (
     caller_name,
     parse_address,
 )
-from contract.audio import AudioOptions, AudioResult, AudioSegment, AudioSource, AudioWord
-from contract.bundle import BUNDLE_FORMAT, BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
-from contract.common import Digest, ModelRef, Producer, TextBox, sha256_digest
-from contract.errors import (
+from mediafleet.contract.audio import AudioOptions, AudioResult, AudioSegment, AudioSource, AudioWord
+from mediafleet.contract.bundle import BUNDLE_FORMAT, BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
+from mediafleet.contract.common import Digest, ModelRef, Producer, TextBox, sha256_digest
+from mediafleet.contract.errors import (
     Cancelled,
     CapabilityRefused,
     ErrorCode,
@@ -32,10 +32,10 @@ from contract.errors import (
     Unavailable,
     to_public,
 )
-from contract.image import ImageOptions, ImagePage, ImageResult
-from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
-from contract.locus import EvidenceLocus, LocusSubject, is_opaque_ref, opaque_ref
-from contract.manifest import (
+from mediafleet.contract.image import ImageOptions, ImagePage, ImageResult
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
+from mediafleet.contract.locus import EvidenceLocus, LocusSubject, is_opaque_ref, opaque_ref
+from mediafleet.contract.manifest import (
     Capability,
     DeviceClass,
     Engine,
@@ -47,9 +47,9 @@ from contract.manifest import (
     default_manifest,
     load_manifest,
 )
-from contract.pdf import PdfOptions, PdfPage, PdfResult
-from contract.results import OPTIONS_BY_MODALITY, ExtractionResult, parse_result
-from contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot, VideoSpeech
+from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
+from mediafleet.contract.results import OPTIONS_BY_MODALITY, ExtractionResult, parse_result
+from mediafleet.contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot, VideoSpeech
 
 __all__ = [
     "BUNDLE_FORMAT",

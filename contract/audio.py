@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from contract.common import Confidence, Producer, Strict
+from mediafleet.contract.common import Confidence, Producer, Strict
 
 __all__ = ["AudioOptions", "AudioResult", "AudioSegment", "AudioSource", "AudioWord"]
 

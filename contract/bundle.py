@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from contract.common import Strict
-from contract.errors import PublicError
-from contract.common import Digest
-from contract.manifest import Modality
+from mediafleet.contract.common import Strict
+from mediafleet.contract.errors import PublicError
+from mediafleet.contract.common import Digest
+from mediafleet.contract.manifest import Modality
 
 __all__ = ["BUNDLE_FORMAT", "BundleArtifact", "CallerClaims", "Edge", "EvidenceBundle", "Node"]
 

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from contract.common import Digest, Producer, Strict, TextBox
+from mediafleet.contract.common import Digest, Producer, Strict, TextBox
 
 __all__ = ["ImageOptions", "ImagePage", "ImageResult"]
 

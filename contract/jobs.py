@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
-from contract.common import Digest, Strict
-from contract.errors import PublicError
-from contract.manifest import DeviceClass, Modality
-from contract.results import ExtractionResult
+from mediafleet.contract.common import Digest, Strict
+from mediafleet.contract.errors import PublicError
+from mediafleet.contract.manifest import DeviceClass, Modality
+from mediafleet.contract.results import ExtractionResult
 
 __all__ = ["ArtifactRef", "ExtractRequest", "JobId", "JobState", "Outcome", "PartOf", "Progress"]
 

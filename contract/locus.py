@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from contract.addresses import EvidenceAddress
+from mediafleet.contract.addresses import EvidenceAddress
 
 __all__ = ["EvidenceLocus", "LocusSubject", "OpaqueRef", "is_opaque_ref", "opaque_ref"]
 

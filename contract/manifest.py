@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from contract.addresses import AddressKind, address_kind
-from contract.errors import CapabilityRefused, ErrorCode, LimitExceeded
+from mediafleet.contract.addresses import AddressKind, address_kind
+from mediafleet.contract.errors import CapabilityRefused, ErrorCode, LimitExceeded
 
 __all__ = [
     "Capability",
@@ -279,7 +279,7 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 
 def default_manifest() -> Manifest:
     """The manifest that ships with this version of the fleet."""
-    text = resources.files("contract").joinpath("manifest.default.json").read_text(encoding="utf-8")
+    text = resources.files("mediafleet.contract").joinpath("manifest.default.json").read_text(encoding="utf-8")
     return Manifest.model_validate_json(text)
 
 

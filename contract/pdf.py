@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from contract.common import F64, Confidence, Producer, Strict, TextBox
+from mediafleet.contract.common import F64, Confidence, Producer, Strict, TextBox
 
 __all__ = ["PdfOptions", "PdfPage", "PdfResult"]
 

@@ -6,10 +6,10 @@ from typing import Annotated, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from contract.audio import AudioOptions, AudioResult
-from contract.image import ImageOptions, ImageResult
-from contract.pdf import PdfOptions, PdfResult
-from contract.video import VideoOptions, VideoResult
+from mediafleet.contract.audio import AudioOptions, AudioResult
+from mediafleet.contract.image import ImageOptions, ImageResult
+from mediafleet.contract.pdf import PdfOptions, PdfResult
+from mediafleet.contract.video import VideoOptions, VideoResult
 
 __all__ = ["OPTIONS_BY_MODALITY", "ExtractionResult", "parse_result"]
 

@@ -24,9 +24,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from contract.audio import AudioResult
-from contract.common import Digest, Producer, Strict
-from contract.errors import PublicError
+from mediafleet.contract.audio import AudioResult
+from mediafleet.contract.common import Digest, Producer, Strict
+from mediafleet.contract.errors import PublicError
 
 __all__ = ["Rational", "VideoKeyframe", "VideoMedia", "VideoOptions", "VideoResult", "VideoShot", "VideoSpeech"]
 

@@ -42,7 +42,7 @@ case "$command" in
         export FLOWER_DB="${FLOWER_DB:-${MEDIAFLEET_STATE_DIR:-/var/lib/mediafleet}/flower/flower.db}"
         export FLOWER_STATE_SAVE_INTERVAL="${FLOWER_STATE_SAVE_INTERVAL:-60000}"
         mkdir -p "$(dirname -- "$FLOWER_DB")"
-        exec celery -A workers.celery_app flower "$@"
+        exec celery -A mediafleet.workers.celery_app flower "$@"
         ;;
     extract|status|cancel|gc|serve-mcp|manifest|schema)
         exec mediafleet "$command" "$@"

@@ -17,7 +17,7 @@ mf_load_secrets
 
 case "${1:-worker}" in
     worker)
-        exec celery -A workers.celery_app inspect ping \
+        exec celery -A mediafleet.workers.celery_app inspect ping \
             --destination "$(mf_worker_name)" --timeout "${MEDIAFLEET_HEALTHCHECK_TIMEOUT_S:-10}" >/dev/null
         ;;
     flower)

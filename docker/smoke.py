@@ -42,7 +42,7 @@ CUDA_LIBRARIES = (
 
 def check_engines() -> str:
     from mediafleet.settings import Settings
-    from workers.extractor import load_extractor
+    from mediafleet.workers.extractor import load_extractor
 
     manifest = Settings.load().manifest()
     for capability in manifest.capabilities.values():

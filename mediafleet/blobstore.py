@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Protocol
 
-from contract.common import sha256_digest
-from contract.errors import ErrorCode, IntegrityError
+from mediafleet.contract.common import sha256_digest
+from mediafleet.contract.errors import ErrorCode, IntegrityError
 
 if TYPE_CHECKING:
     from mediafleet.settings import Settings

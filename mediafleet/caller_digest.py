@@ -28,8 +28,8 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 
-from contract.bundle import CallerClaims
-from contract.errors import CapabilityRefused, ErrorCode, IntegrityError, Phase
+from mediafleet.contract.bundle import CallerClaims
+from mediafleet.contract.errors import CapabilityRefused, ErrorCode, IntegrityError, Phase
 
 __all__ = ["ANONYMOUS_LOCAL", "ENGINE_CHUNK_SIZE", "check", "engine_blob_digest", "owner_scope", "parse_owner"]
 

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "broker", None):
             overrides["broker_url"] = args.broker
         if getattr(args, "device", None) == "auto":
-            from workers.gpu import visible_gpus
+            from mediafleet.workers.gpu import visible_gpus
 
             gpus = visible_gpus()
             overrides["device"] = "gpu" if gpus else "cpu"
@@ -282,8 +282,8 @@ def _broker_shown(settings: Any) -> str:
 def _schemas() -> dict[str, Any]:
     from pydantic import TypeAdapter
 
-    from contract import EvidenceBundle, EvidenceLocus, ExtractRequest, Manifest, Outcome, PublicError
-    from contract.addresses import EvidenceAddress
+    from mediafleet.contract import EvidenceBundle, EvidenceLocus, ExtractRequest, Manifest, Outcome, PublicError
+    from mediafleet.contract.addresses import EvidenceAddress
 
     return {
         "EvidenceAddress": TypeAdapter(EvidenceAddress).json_schema(),
@@ -448,12 +448,12 @@ class _Saved:
 def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest: Any, options: dict[str, Any],
                  saved: _Saved) -> int:
     """Run one opened input and show what it gave; returns its exit status."""
-    from adapters.prov import to_turtle
-    from contract.errors import MediafleetError, TimedOut
-    from contract.jobs import JobState
+    from mediafleet.adapters.prov import to_turtle
+    from mediafleet.contract.errors import MediafleetError, TimedOut
+    from mediafleet.contract.jobs import JobState
     from mediafleet.inputs import check_input
     from mediafleet.report.text import summary_lines
-    from workers.app import PROGRESS_UNITS
+    from mediafleet.workers.app import PROGRESS_UNITS
 
     capability = check_input(item, manifest, args.action, options)
     if capability is not None and capability.modality.value in _NEEDS_OPENCV:
@@ -511,7 +511,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
     stem = f"{item.name}.{bundle.artifact.digest.removeprefix('sha256:')[:12]}"
     if args.out:
         if args.jsonl:
-            from adapters.stream import write_bundle_lines
+            from mediafleet.adapters.stream import write_bundle_lines
 
             with Path(args.out, f"{stem}.bundle.jsonl").open("w", encoding="utf-8") as stream:
                 write_bundle_lines(bundle, stream)
@@ -626,18 +626,18 @@ def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         print("mediafleet worker: set MEDIAFLEET_BROKER_URL (a worker needs a broker)", file=sys.stderr)
         return EXIT_USAGE
     # Engines read these at import; cap them to this process's share before anything loads them.
-    from workers.engines import cap_threads
+    from mediafleet.workers.engines import cap_threads
 
     cap_threads(settings.threads)
-    from contract.errors import Unavailable
-    from workers.app import create_app
-    from workers.extractor import check_devices
+    from mediafleet.contract.errors import Unavailable
+    from mediafleet.workers.app import create_app
+    from mediafleet.workers.extractor import check_devices
 
     served = [cap for cap in manifest.capabilities.values() if settings.device in cap.devices]
     if not served:
         print(f"mediafleet worker: no capability may run on {settings.device.value}", file=sys.stderr)
         return EXIT_USAGE
-    from workers.engines import EngineConfig, configure
+    from mediafleet.workers.engines import EngineConfig, configure
 
     # The start-up checks read the engine configuration (e.g. the Whisper model folder); setting it
     # in the parent loads nothing, and each pool process sets it again after the fork.
@@ -693,7 +693,7 @@ def _serve_mcp(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
             print(f"mediafleet serve-mcp: --upstream: {exc}", file=sys.stderr)
             return EXIT_USAGE
     # In-process jobs run in this process (HTTP) or its children (stdio): cap threads before any engine loads.
-    from workers.engines import cap_threads
+    from mediafleet.workers.engines import cap_threads
 
     cap_threads(settings.threads)
     # stdout is the MCP wire under stdio: every log line goes to stderr.
@@ -784,7 +784,7 @@ def _report(args: argparse.Namespace, settings: Any) -> int:
 
 
 def _gc(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
-    from contract.errors import Unavailable
+    from mediafleet.contract.errors import Unavailable
     from mediafleet.retention import gc
 
     longest = math.ceil(manifest.max_hard_time_limit_s())

@@ -16,12 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from adapters.bundle import build_bundle, refused_bundle, with_claims
-from adapters.ids import job_id as make_job_id
-from adapters.ids import token
-from contract.bundle import BundleArtifact, CallerClaims, EvidenceBundle
-from contract.common import sha256_digest
-from contract.errors import (
+from mediafleet.adapters.bundle import build_bundle, refused_bundle, with_claims
+from mediafleet.adapters.ids import job_id as make_job_id
+from mediafleet.adapters.ids import token
+from mediafleet.contract.bundle import BundleArtifact, CallerClaims, EvidenceBundle
+from mediafleet.contract.common import sha256_digest
+from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
     InputRejected,
@@ -31,18 +31,18 @@ from contract.errors import (
     TimedOut,
     Unavailable,
 )
-from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
-from contract.manifest import Capability, DeviceClass, Manifest, Modality
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, Progress
+from mediafleet.contract.manifest import Capability, DeviceClass, Manifest, Modality
 from mediafleet.blobstore import BlobStore, open_store
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import JobRecord, JobStore, queue_lists
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
-from workers.engines import EngineConfig, cap_threads, configure, numerics
-from workers.extractor import ProgressFn
-from workers.parts import SPEECH_ACTION, speech_part
-from workers.runner import run_request
+from mediafleet.workers.engines import EngineConfig, cap_threads, configure, numerics
+from mediafleet.workers.extractor import ProgressFn
+from mediafleet.workers.parts import SPEECH_ACTION, speech_part
+from mediafleet.workers.runner import run_request
 
 __all__ = ["Dispatcher", "Job", "delegate_extract"]
 
@@ -244,7 +244,7 @@ class _FleetJob(Job):
         speech part's); or the last reporter died before joining (the join is done here). None when
         the outcome is simply on its way.
         """
-        from workers.app import join_parts
+        from mediafleet.workers.app import join_parts
 
         # Read after the task was seen ending: a task reports before it ends, so this record holds
         # whatever it reported (one read before that could wrongly count its job as lost).
@@ -351,7 +351,7 @@ class Dispatcher:
     @property
     def app(self) -> Any:
         if self._app is None:
-            from workers.app import create_app
+            from mediafleet.workers.app import create_app
 
             self._app = create_app(self.settings, self.manifest)
         return self._app
@@ -452,7 +452,7 @@ class Dispatcher:
         part is queued for a silent video); None otherwise, or when the header cannot be read."""
         if self.in_process or capability.modality != Modality.VIDEO:
             return None
-        from workers.video.probe import has_audio_track
+        from mediafleet.workers.video.probe import has_audio_track
 
         return has_audio_track(source)
 
@@ -556,7 +556,7 @@ class Dispatcher:
     def _queue(self, request: ExtractRequest, capability: Capability, level: int, keep_s: int,
                speech_job: str | None = None) -> tuple[ExtractRequest, bool]:
         """Claim the job's record and send it (or hold it); (the request in force, whether new)."""
-        from workers.app import send_extract
+        from mediafleet.workers.app import send_extract
 
         jobs = self.jobs()
         device, held = self._route(capability)
@@ -586,7 +586,7 @@ class Dispatcher:
     def _queue_part(self, part: ExtractRequest, level: int, keep_s: int) -> None:
         """Queue a job's speech part; one that already finished (from an earlier submission of the
         same job) reports its outcome at once instead of running again."""
-        from workers.app import join_parts
+        from mediafleet.workers.app import join_parts
 
         assert part.part_of is not None
         _, created = self._queue(part, self.manifest.capability(part.action), level, keep_s)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 from urllib.parse import urlsplit
 
-from contract.errors import MediafleetError
-from contract.manifest import Capability, Manifest, OptionRule
+from mediafleet.contract.errors import MediafleetError
+from mediafleet.contract.manifest import Capability, Manifest, OptionRule
 from mediafleet.sniff import sniff
 
 __all__ = ["Input", "InputUnavailable", "UsageError", "check_input", "describe_rule", "open_input"]

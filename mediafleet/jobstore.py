@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract.errors import ErrorCode, PublicError
-from contract.jobs import ExtractRequest, JobState, Outcome, Progress
+from mediafleet.contract.errors import ErrorCode, PublicError
+from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, Progress
 
 if TYPE_CHECKING:
     from mediafleet.settings import Settings

@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from contract.bundle import EvidenceBundle
-from contract.errors import TimedOut
+from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.contract.errors import TimedOut
 
 __all__ = ["LocalJobs", "run_folder"]
 

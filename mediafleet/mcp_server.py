@@ -23,8 +23,8 @@ this server's inline limit (before decoding); the digest; then the dispatcher's 
 type the bytes show, a claimed type of another modality refused; the options).
 
 A response is one JSON object, sent once as the tool result's text: the callers' shape (see
-:mod:`adapters.caller`) first, the full evidence bundle last (``bundle``), with the caller's
-claims recorded on it (:func:`adapters.bundle.with_claims`). A refusal or failure is the callers'
+:mod:`mediafleet.adapters.caller`) first, the full evidence bundle last (``bundle``), with the caller's
+claims recorded on it (:func:`mediafleet.adapters.bundle.with_claims`). A refusal or failure is the callers'
 own channel, ``available: false`` with ``error`` (``"<code>: <public message>"``): no paths, no
 library text, no stack trace; the bundle of a failed job records a ``failed`` activity and no
 claim, so nothing reports it as ``ok``. A call waits ``wait_s`` for its job, which goes on past
@@ -47,10 +47,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.bundle import with_claims
-from adapters.caller import caller_response, failure_response, inline_wanted
-from contract.bundle import CallerClaims, EvidenceBundle
-from contract.errors import (
+from mediafleet.adapters.bundle import with_claims
+from mediafleet.adapters.caller import caller_response, failure_response, inline_wanted
+from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
+from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
     LimitExceeded,
@@ -59,7 +59,7 @@ from contract.errors import (
     TimedOut,
     to_public,
 )
-from contract.manifest import Capability
+from mediafleet.contract.manifest import Capability
 from mediafleet import caller_digest
 from mediafleet.dispatch import Dispatcher, Job
 from mediafleet.localjobs import LocalJobs, run_folder, submit_request

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from contract.errors import Phase, Unavailable
-from contract.manifest import Manifest
+from mediafleet.contract.errors import Phase, Unavailable
+from mediafleet.contract.manifest import Manifest
 from mediafleet.blobstore import BlobStore, open_store
 from mediafleet.s3store import REFRESH_S
 from mediafleet.settings import Settings

@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from contract.common import sha256_digest
-from contract.errors import ErrorCode, IntegrityError, LimitExceeded, Phase, Unavailable
+from mediafleet.contract.common import sha256_digest
+from mediafleet.contract.errors import ErrorCode, IntegrityError, LimitExceeded, Phase, Unavailable
 from mediafleet.blobstore import BlobInfo, copy_hashing, remove_files_older_than
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from contract.manifest import DeviceClass, Manifest, load_manifest
+from mediafleet.contract.manifest import DeviceClass, Manifest, load_manifest
 
 __all__ = ["Settings"]
 

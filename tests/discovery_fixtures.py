@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet.discovery.index import EvidenceIndex, open_index
 from tests.conftest import ROOT, free_port
 

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers import extractor
-from workers.pdf import textlayer
+from mediafleet.workers import extractor
+from mediafleet.workers.pdf import textlayer
 
 SLOW_STEPS = 40
 
@@ -42,7 +42,7 @@ def _misbehave(marker: bytes) -> None:
 
 
 def extract_audio(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
-    from workers.audio.transcribe import extract_audio as real
+    from mediafleet.workers.audio.transcribe import extract_audio as real
 
     _misbehave(b"MF-" + os.environ.get("MF_FAULTY_AUDIO", "").upper().encode())
     return real(path, options, limits, progress, sink)

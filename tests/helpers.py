@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from contract import EvidenceBundle, EvidenceLocus, is_opaque_ref
+from mediafleet.contract import EvidenceBundle, EvidenceLocus, is_opaque_ref
 
 _TIME_KEYS = {"at", "startedAtTime", "endedAtTime", "generated_at_time", "prov:startedAtTime", "prov:endedAtTime"}
 

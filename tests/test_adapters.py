@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from rdflib import RDF, Graph, Literal, Namespace, URIRef
 
-from adapters import build_bundle, to_turtle
-from contract import (
+from mediafleet.adapters import build_bundle, to_turtle
+from mediafleet.contract import (
     ArtifactRef,
     ErrorCode,
     Manifest,
@@ -182,8 +182,8 @@ def test_prov_o_parses_as_rdf_with_the_facts(manifest: Manifest) -> None:
 def test_locus_envelopes_are_what_the_validated_model_gives(manifest: Manifest) -> None:
     """The envelopes are written out without building EvidenceLocus per locus: each must still
     be exactly what the validated model would dump, and its id the checked ref builder's."""
-    from adapters.ids import locus_ref, ref
-    from contract.locus import EvidenceLocus, is_opaque_ref
+    from mediafleet.adapters.ids import locus_ref, ref
+    from mediafleet.contract.locus import EvidenceLocus, is_opaque_ref
 
     bundle = build_bundle(_outcome(), manifest.capability("ocr_pdf"))
     envelopes = [n.properties["evidence_locus"] for n in bundle.nodes if n.node_type == "Evidence"]
@@ -198,7 +198,7 @@ def test_locus_envelopes_are_what_the_validated_model_gives(manifest: Manifest) 
 def test_building_a_bundle_pauses_the_cycle_collector_and_resumes_it(manifest: Manifest) -> None:
     import gc
 
-    from adapters.nogc import collection_paused
+    from mediafleet.adapters.nogc import collection_paused
 
     seen: list[bool] = []
     assert gc.isenabled()
@@ -220,10 +220,10 @@ def test_turtle_is_written_directly_with_exactly_the_json_ld_triples(manifest: M
     bundle, a failed one, a refused one and one carrying a caller's claims."""
     from rdflib.compare import isomorphic
 
-    from adapters import refused_bundle
-    from adapters.bundle import with_claims
-    from adapters.prov import turtle_lines
-    from contract import CallerClaims
+    from mediafleet.adapters import refused_bundle
+    from mediafleet.adapters.bundle import with_claims
+    from mediafleet.adapters.prov import turtle_lines
+    from mediafleet.contract import CallerClaims
 
     cap = manifest.capability("ocr_pdf")
     error = PublicError(code=ErrorCode.CORRUPT_INPUT, message="the PDF cannot be parsed")
@@ -249,7 +249,7 @@ def test_turtle_is_written_directly_with_exactly_the_json_ld_triples(manifest: M
 def test_mapping_the_same_result_twice_reuses_its_drafts_and_forgets_them_with_it() -> None:
     import gc
 
-    from adapters import loci
+    from mediafleet.adapters import loci
 
     result = _result()
     first = loci.to_loci(result, DIGEST)

@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from contract import AddressKind, LocusKind, address_kind, caller_name, parse_address
+from mediafleet.contract import AddressKind, LocusKind, address_kind, caller_name, parse_address
 
 U64_MAX = 2**64 - 1
 U32_MAX = 2**32 - 1

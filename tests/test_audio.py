@@ -10,11 +10,11 @@ import av
 import numpy as np
 import pytest
 
-from adapters.audio import audio_loci
-from adapters.verify import loci_valid
+from mediafleet.adapters.audio import audio_loci
+from mediafleet.adapters.verify import loci_valid
 from benchmarks.harness import wer, words
-from contract import AudioOptions, AudioResult, Limits, default_manifest
-from contract.errors import (
+from mediafleet.contract import AudioOptions, AudioResult, Limits, default_manifest
+from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
     InputRejected,
@@ -24,8 +24,8 @@ from contract.errors import (
 from mediafleet import Dispatcher, Settings
 from mediafleet.sniff import sniff
 from tests.helpers import assert_engine_valid
-from workers.audio.decode import open_audio
-from workers.audio.transcribe import extract_audio
+from mediafleet.workers.audio.decode import open_audio
+from mediafleet.workers.audio.transcribe import extract_audio
 
 DATA = Path(__file__).parent / "data"
 SPEECH_TEXT = "Please send the report to the finance team before Friday. Thank you for listening, and have a good day."
@@ -198,7 +198,7 @@ def test_progress_counts_seconds_up_to_the_length(speech_wav: Path) -> None:
 
 def test_a_long_recording_is_streamed_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Six minutes, speech at the start and the end: never more than a block or so is held."""
-    from workers.audio import vad
+    from mediafleet.workers.audio import vad
 
     speech = pcm16(DATA / "speech.flac")
     silence = np.zeros(340 * 16000, dtype=np.int16)

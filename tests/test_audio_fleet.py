@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from contract.errors import ErrorCode
+from mediafleet.contract.errors import ErrorCode
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid, without_run
 from tests.test_audio import DATA
-from workers.gpu import visible_gpus
+from mediafleet.workers.gpu import visible_gpus
 
 pytestmark = pytest.mark.integration
 

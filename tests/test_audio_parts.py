@@ -9,15 +9,15 @@ import pytest
 from faster_whisper.vad import VadOptions, collect_chunks, get_speech_timestamps
 from pydantic import ValidationError
 
-from contract import AudioResult, AudioSegment, AudioWord, parse_result
-from contract.errors import Unavailable
-from contract.manifest import DeviceClass
+from mediafleet.contract import AudioResult, AudioSegment, AudioWord, parse_result
+from mediafleet.contract.errors import Unavailable
+from mediafleet.contract.manifest import DeviceClass
 from mediafleet.sniff import sniff
 from tests.test_audio import DATA, pcm16
-from workers.audio import model
-from workers.audio.vad import FixedWindows, Samples, SpeechDetector, WindowPacker
-from workers.engines import EngineConfig, configure, engine_config
-from workers.gpu import visible_gpus
+from mediafleet.workers.audio import model
+from mediafleet.workers.audio.vad import FixedWindows, Samples, SpeechDetector, WindowPacker
+from mediafleet.workers.engines import EngineConfig, configure, engine_config
+from mediafleet.workers.gpu import visible_gpus
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ import pytest
 
 from benchmarks.harness import words
 from tests.test_audio import assert_invariants, pcm16, transcribe, write_wav
-from workers.audio import transcribe as transcribe_module
-from workers.audio import vad
-from workers.audio.decode import SAMPLE_RATE
-from workers.audio.sentences import abbreviation, ends_sentence
+from mediafleet.workers.audio import transcribe as transcribe_module
+from mediafleet.workers.audio import vad
+from mediafleet.workers.audio.decode import SAMPLE_RATE
+from mediafleet.workers.audio.sentences import abbreviation, ends_sentence
 
 DASHWOOD = "And Mr. John Dashwood had then leisure to consider how much there might be prudently in his power to do for them."
 MORE = "Dr. Smith met Mrs. Jones on Elm Street at five. Then they all went home."

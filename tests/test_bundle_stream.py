@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from adapters.stream import (
+from mediafleet.adapters.stream import (
     BUNDLE_STREAM_FORMAT,
     bundle_lines,
     read_bundle_lines,
     write_bundle_lines,
 )
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid
 from tests.media import text_pdf

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from contract.errors import IntegrityError
+from mediafleet.contract.errors import IntegrityError
 from mediafleet import caller_digest
 from mediafleet.settings import Settings
 from tests.engine import engine_blob_store

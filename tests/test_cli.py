@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rdflib import Graph
 
-from contract import EvidenceBundle, Manifest
+from mediafleet.contract import EvidenceBundle, Manifest
 from tests.helpers import assert_engine_valid
 from tests.media import text_pdf
 

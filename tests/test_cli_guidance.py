@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet.cli import _parser, _samples
 from tests.conftest import free_port
 from tests.media import text_pdf

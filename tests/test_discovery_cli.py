@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet.cli import _parser, main
 from tests.discovery_fixtures import sample_bundles  # noqa: F401
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet.discovery import (
     ANSWER_FORMAT,
     AuthorizationRequest,

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet.discovery.errors import DiscoveryError
 from mediafleet.discovery.index import EvidenceIndex, parse_index_url
 from mediafleet.discovery.text import MAX_QUERY_CHARS, fold, query_terms

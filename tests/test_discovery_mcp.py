@@ -24,7 +24,7 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from tests.conftest import ROOT, free_port
 from tests.discovery_fixtures import postgres_server, sample_bundles, scanned_words  # noqa: F401
 

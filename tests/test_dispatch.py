@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from contract import ArtifactRef, DeviceClass, ErrorCode, ExtractRequest, default_manifest
+from mediafleet.contract import ArtifactRef, DeviceClass, ErrorCode, ExtractRequest, default_manifest
 from mediafleet import Dispatcher, LocalBlobStore, Settings
 from tests.helpers import assert_engine_valid
 from tests.media import encrypted_pdf, text_pdf
-from workers import extractor as extractor_table
-from workers.runner import run_request
+from mediafleet.workers import extractor as extractor_table
+from mediafleet.workers.runner import run_request
 
 
 @pytest.fixture

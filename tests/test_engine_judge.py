@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet import Dispatcher, Settings
 from tests.engine import with_engine_client
 from tests.helpers import assert_engine_valid

@@ -8,7 +8,7 @@ from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from mediafleet import Settings
 from mediafleet import dispatch as dispatch_module
-from workers.app import create_app
+from mediafleet.workers.app import create_app
 
 
 def test_one_celery_app_per_settings_however_many_calls(tmp_path: Path) -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from contract import ErrorCode, JobState, default_manifest
+from mediafleet.contract import ErrorCode, JobState, default_manifest
 from mediafleet import Dispatcher, Settings
 from mediafleet.jobstore import MAX_DELIVERIES
 from tests.helpers import wait_for, without_run
 from tests.media import marked_pdf, text_pdf
-from workers.app import create_app, visibility_timeout_s
+from mediafleet.workers.app import create_app, visibility_timeout_s
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_a_job_with_no_live_worker_is_held_then_runs(fleet_env, start_worker, tm
 
 
 def test_a_worker_declares_the_device_class_it_can_really_serve(fleet_env, start_worker, tmp_path: Path) -> None:
-    from workers.gpu import visible_gpus
+    from mediafleet.workers.gpu import visible_gpus
 
     start_worker("--concurrency=1", "--device=auto")
     expected = "gpu" if visible_gpus() else "cpu"
@@ -114,7 +114,7 @@ def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     wedged. A resubmission sends it once the record has waited unsent for a while; before that it
     does not (the first dispatcher may only be slow). A second message for a job already done
     runs nothing."""
-    import workers.app
+    import mediafleet.workers.app
 
     start_worker("--concurrency=1")
     pdf = text_pdf(4)
@@ -123,7 +123,7 @@ def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     def die(*args: object, **kwargs: object) -> None:
         raise SystemExit("the dispatcher died")
 
-    monkeypatch.setattr(workers.app, "send_extract", die)
+    monkeypatch.setattr(mediafleet.workers.app, "send_extract", die)
     with pytest.raises(SystemExit):
         crashing.submit(pdf)
     monkeypatch.undo()
@@ -141,7 +141,7 @@ def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     assert dispatcher.jobs().get(job.id).attempts == 1  # sent once, run once
 
     record = dispatcher.jobs().get(job.id)
-    workers.app.send_extract(dispatcher.app, record.request, dispatcher.manifest.capability("ocr_pdf"),
+    mediafleet.workers.app.send_extract(dispatcher.app, record.request, dispatcher.manifest.capability("ocr_pdf"),
                              client.hget(dispatcher.jobs().key(job.id), "token").decode(), 4)
     wait_for(lambda: dispatcher.jobs().get(job.id).attempts == 2, what="the second message")
     record = dispatcher.jobs().get(job.id)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from contract import ErrorCode, ImageOptions, InputRejected, LimitExceeded, Limits
+from mediafleet.contract import ErrorCode, ImageOptions, InputRejected, LimitExceeded, Limits
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid
-from workers.image.analyze import analyze_image
-from workers.image.phash import hamming, phash
-from workers.sink import MemorySink
+from mediafleet.workers.image.analyze import analyze_image
+from mediafleet.workers.image.phash import hamming, phash
+from mediafleet.workers.sink import MemorySink
 
 LIMITS = Limits(max_bytes=1 << 30, max_pages=20, max_pixels=50_000_000)
 

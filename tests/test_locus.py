@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from contract import EvidenceLocus, is_opaque_ref, opaque_ref
+from mediafleet.contract import EvidenceLocus, is_opaque_ref, opaque_ref
 
 HEX16 = "0123456789abcdef"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from contract import CapabilityRefused, ErrorCode, LimitExceeded, Manifest, default_manifest, load_manifest
-from workers.extractor import EXTRACTORS
+from mediafleet.contract import CapabilityRefused, ErrorCode, LimitExceeded, Manifest, default_manifest, load_manifest
+from mediafleet.workers.extractor import EXTRACTORS
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_manifest_rejects_unknown_fields_and_mismatched_keys(manifest: Manifest)
 
 
 def test_an_option_choice_matches_by_json_type_not_python_equality() -> None:
-    from contract.manifest import OptionRule
+    from mediafleet.contract.manifest import OptionRule
 
     flags = OptionRule(choices=[True, False])
     assert flags.allows(True) and flags.allows(False)

@@ -28,7 +28,7 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet import Dispatcher, LocalBlobStore, Settings
 from tests.conftest import ROOT, free_port
 from tests.helpers import assert_engine_valid
@@ -229,8 +229,8 @@ def narrowed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Caller,
 
 def declared(action: str) -> bool:
     """The capability is in the shipped manifest and this checkout has its extractor."""
-    from contract import default_manifest
-    from workers.extractor import EXTRACTORS
+    from mediafleet.contract import default_manifest
+    from mediafleet.workers.extractor import EXTRACTORS
 
     return action in default_manifest().capabilities and action in EXTRACTORS
 
@@ -475,7 +475,7 @@ def test_submit_stored_refuses_a_blob_whose_bytes_changed(tmp_path: Path) -> Non
 
 
 def test_submit_stored_raises_on_a_malformed_reference(tmp_path: Path) -> None:
-    from contract import CapabilityRefused
+    from mediafleet.contract import CapabilityRefused
 
     with pytest.raises(CapabilityRefused):
         Dispatcher(Settings(blob_root=tmp_path / "blobs")).submit_stored("../../etc/passwd")
@@ -607,8 +607,8 @@ def test_images_over_the_inline_budget_are_counted_not_sent(narrowed: tuple[Call
 
 
 def test_failure_shapes_say_whether_the_sidecar_is_available(tmp_path: Path) -> None:
-    from adapters.caller import caller_response, failure_response
-    from contract import PublicError
+    from mediafleet.adapters.caller import caller_response, failure_response
+    from mediafleet.contract import PublicError
 
     assert failure_response(PublicError(code="engine_unavailable", message="m", retryable=True)) == {
         "available": False, "error": "engine_unavailable: m", "error_code": "engine_unavailable", "message": "m",

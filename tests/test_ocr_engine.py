@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from contract import DeviceClass, Unavailable
-from workers.ocr.ctc import Decoded, decode
-from workers.ocr.device import CUDA_PROVIDER, check_device
-from workers.ocr.engine import OcrEngine
-from workers.ocr.lines import OcrLine, capitals, join_pieces, normalise
-from workers.ocr.spacing import with_spaces
+from mediafleet.contract import DeviceClass, Unavailable
+from mediafleet.workers.ocr.ctc import Decoded, decode
+from mediafleet.workers.ocr.device import CUDA_PROVIDER, check_device
+from mediafleet.workers.ocr.engine import OcrEngine
+from mediafleet.workers.ocr.lines import OcrLine, capitals, join_pieces, normalise
+from mediafleet.workers.ocr.spacing import with_spaces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,8 +29,8 @@ def _cuda_installed() -> bool:
 # -- life cycle and devices -----------------------------------------------------------------------
 
 def test_importing_the_worker_app_and_extractors_loads_no_ocr_engine() -> None:
-    code = ("import sys, mediafleet, workers.app, workers.pdf.textlayer, workers.image.analyze, workers.ocr.engine; "
-            "print('rapidocr_onnxruntime' in sys.modules, not workers.ocr.engine._engines)")
+    code = ("import sys, mediafleet, mediafleet.workers.app, mediafleet.workers.pdf.textlayer, mediafleet.workers.image.analyze, mediafleet.workers.ocr.engine; "
+            "print('rapidocr_onnxruntime' in sys.modules, not mediafleet.workers.ocr.engine._engines)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split() == ["False", "True"]
 

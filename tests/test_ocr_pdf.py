@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from contract import ErrorCode, LimitExceeded, Limits, PdfOptions, TextBox
+from mediafleet.contract import ErrorCode, LimitExceeded, Limits, PdfOptions, TextBox
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid, without_run
 from tests.media import page_lines, text_pdf
-from workers.pdf.classify import ocr_reason
-from workers.pdf.mupdf import pymupdf
-from workers.pdf.textlayer import extract_pdf
+from mediafleet.workers.pdf.classify import ocr_reason
+from mediafleet.workers.pdf.mupdf import pymupdf
+from mediafleet.workers.pdf.textlayer import extract_pdf
 
 LIMITS = Limits(max_bytes=1 << 30, max_pages=100, max_pixels=50_000_000)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from contract import ErrorCode, InputRejected, LimitExceeded, Limits, PdfOptions
+from mediafleet.contract import ErrorCode, InputRejected, LimitExceeded, Limits, PdfOptions
 from tests.media import encrypted_pdf, page_lines, text_pdf
-from workers.pdf.textlayer import extract_pdf
+from mediafleet.workers.pdf.textlayer import extract_pdf
 
 LIMITS = Limits(max_bytes=10**9, max_pages=5000)
 _LIGATURES = {0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0xFB05: "st", 0xFB06: "st"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.reading_order import reading_order
+from mediafleet.workers.reading_order import reading_order
 
 Box = tuple[str, float, float, float, float]  # name, x0, y0, x1, y1
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from contract import EvidenceBundle
+from mediafleet.contract import EvidenceBundle
 from mediafleet.cli import _samples
 from mediafleet.dispatch import Dispatcher
 from mediafleet.report import ReportInputs, build_report, store_inputs

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from contract import default_manifest
-from contract.errors import Unavailable
+from mediafleet.contract import default_manifest
+from mediafleet.contract.errors import Unavailable
 from mediafleet import LocalBlobStore, Settings
 from mediafleet.blobstore import open_store
 from mediafleet.retention import (

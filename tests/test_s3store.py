@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from contract import ArtifactRef, ErrorCode, ExtractRequest, default_manifest
-from contract.errors import IntegrityError, Unavailable
+from mediafleet.contract import ArtifactRef, ErrorCode, ExtractRequest, default_manifest
+from mediafleet.contract.errors import IntegrityError, Unavailable
 from mediafleet import Dispatcher, LocalBlobStore, Settings
 from mediafleet.blobstore import open_store
 from mediafleet.s3store import S3BlobStore, parse_blob_url
 from tests.conftest import AWS_ENV, MotoServer, free_port
 from tests.helpers import without_run
 from tests.media import text_pdf
-from workers.runner import run_request
+from mediafleet.workers.runner import run_request
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from contract.errors import ErrorCode, InputRejected
-from contract.manifest import default_manifest
-from contract.video import VideoOptions
+from mediafleet.contract.errors import ErrorCode, InputRejected
+from mediafleet.contract.manifest import default_manifest
+from mediafleet.contract.video import VideoOptions
 from tests.test_video_clips import write_clip
-from workers.video.extract import extract_keyframes
+from mediafleet.workers.video.extract import extract_keyframes
 
 LIMITS = default_manifest().capability("extract_keyframes").limits
 
@@ -42,10 +42,10 @@ def test_a_webm_cut_short_is_corrupt_input(webm: Path, tmp_path: Path) -> None:
 def _run_pdf(data: bytes, tmp_path: Path):  # type: ignore[no-untyped-def]
     import hashlib
 
-    from contract.common import sha256_digest
-    from contract.jobs import ArtifactRef, ExtractRequest
+    from mediafleet.contract.common import sha256_digest
+    from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
     from mediafleet.blobstore import LocalBlobStore
-    from workers.runner import run_request
+    from mediafleet.workers.runner import run_request
 
     store = LocalBlobStore(tmp_path / "blobs")
     digest = store.put_bytes(data)
@@ -64,7 +64,7 @@ def test_a_pdf_read_whole_is_verified(tmp_path: Path) -> None:
 
 def test_a_pdf_that_lost_only_its_xref_is_ok_but_not_verified(tmp_path: Path) -> None:
     """MuPDF rebuilds the table and every page's text is there: the repair is recorded."""
-    from adapters.bundle import build_bundle
+    from mediafleet.adapters.bundle import build_bundle
     from tests.media import text_pdf
 
     data = text_pdf(5)

@@ -15,27 +15,27 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from adapters.loci import to_loci
-from adapters.verify import loci_valid
-from contract.errors import (
+from mediafleet.adapters.loci import to_loci
+from mediafleet.adapters.verify import loci_valid
+from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
     InputRejected,
     LimitExceeded,
     MediafleetError,
 )
-from contract.manifest import Limits, default_manifest
-from contract.video import VideoOptions, VideoResult
+from mediafleet.contract.manifest import Limits, default_manifest
+from mediafleet.contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid
 from tests.test_video_clips import Clip, write_clip
-from workers.sink import MemorySink
-from workers.parts import join_inline
-from workers.video.decode import FrameReader
-from workers.video.extract import extract_keyframes
-from workers.video.keyframes import MAX_BUCKETS, Candidate, KeyframePicker
-from workers.video.phash import hamming, near_duplicates, phash
-from workers.video.probe import open_video
+from mediafleet.workers.sink import MemorySink
+from mediafleet.workers.parts import join_inline
+from mediafleet.workers.video.decode import FrameReader
+from mediafleet.workers.video.extract import extract_keyframes
+from mediafleet.workers.video.keyframes import MAX_BUCKETS, Candidate, KeyframePicker
+from mediafleet.workers.video.phash import hamming, near_duplicates, phash
+from mediafleet.workers.video.probe import open_video
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 
@@ -97,7 +97,7 @@ def test_one_keyframe_per_shot_inside_it_with_a_stored_image(scenes) -> None:
 
 def test_keyframe_is_the_sharpest_of_the_middle_bucket(scenes, clips) -> None:
     """Recompute the rule by brute force from the analysis frames of the clip."""
-    from workers.video.shots import AnalysisFrames, sharpness
+    from mediafleet.workers.video.shots import AnalysisFrames, sharpness
 
     result, _ = scenes
     with av.open(str(clips["scenes"].path)) as container:
@@ -143,7 +143,7 @@ def test_near_duplicate_keyframes_are_marked_not_dropped(clips) -> None:
 def test_phash_is_the_image_capability_s_and_separates_pictures() -> None:
     from PIL import Image
 
-    from workers.image.phash import phash as image_phash
+    from mediafleet.workers.image.phash import phash as image_phash
 
     yy, xx = np.mgrid[0:120, 0:160]
     a = cv2.merge([((xx * 2 + yy) % 256).astype(np.uint8)] * 3)
@@ -446,14 +446,14 @@ def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPat
     assert {d.address.kind for d in to_loci(off, "v")} == {"video_time_range", "frame_range"}
     assert join_inline(off, clips["late"].path, default_manifest()) == off  # nothing waits for a transcript
 
-    import workers.extractor
+    import mediafleet.workers.extractor
 
     def missing(capability):  # type: ignore[no-untyped-def]
-        raise workers.extractor.Unavailable("the faster-whisper engine is not installed on this worker")
+        raise mediafleet.workers.extractor.Unavailable("the faster-whisper engine is not installed on this worker")
 
     pending = run(clips["late"])
     assert pending.speech.status == "pending"
-    monkeypatch.setattr(workers.extractor, "load_extractor", missing)
+    monkeypatch.setattr(mediafleet.workers.extractor, "load_extractor", missing)
     result = join_inline(pending, clips["late"].path, default_manifest())
     assert result.speech.status == "unavailable" and result.speech.error is not None
     assert result.speech.error.code == ErrorCode.ENGINE_UNAVAILABLE
@@ -464,6 +464,6 @@ def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPat
             raise InputRejected("the audio stream is damaged")
         return extract
 
-    monkeypatch.setattr(workers.extractor, "load_extractor", damaged)
+    monkeypatch.setattr(mediafleet.workers.extractor, "load_extractor", damaged)
     result = join_inline(pending, clips["late"].path, default_manifest())
     assert result.speech.status == "failed" and result.speech.error.code == ErrorCode.CORRUPT_INPUT

@@ -1,7 +1,7 @@
 """The analysis frames' shortcuts against the full path they replace, byte for byte, and the
 decoding helper threads against decoding in the caller's thread.
 
-The row path (``workers.video.shots``) converts only the rows linear resizing reads; these tests
+The row path (``mediafleet.workers.video.shots``) converts only the rows linear resizing reads; these tests
 check the row sets against OpenCV itself and the resulting frames against the full-size conversion
 then resize that PySceneDetect's ``SceneManager`` does, on real decoded frames, random pixels and
 every colour matrix and range swscale knows.
@@ -19,13 +19,13 @@ import pytest
 from av.video.reformatter import VideoReformatter
 from scenedetect.scene_manager import compute_downscale_factor
 
-from contract.errors import InputRejected
-from contract.manifest import Limits
+from mediafleet.contract.errors import InputRejected
+from mediafleet.contract.manifest import Limits
 from tests.test_video_clips import write_clip
-from workers.video import decode
-from workers.video.decode import FrameReader
-from workers.video.probe import open_video
-from workers.video.shots import AnalysisFrames, resize_rows
+from mediafleet.workers.video import decode
+from mediafleet.workers.video.decode import FrameReader
+from mediafleet.workers.video.probe import open_video
+from mediafleet.workers.video.shots import AnalysisFrames, resize_rows
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 # Coded sizes seen in the wild, portrait and odd ones included.

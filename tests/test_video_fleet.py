@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.errors import ErrorCode
+from mediafleet.contract.errors import ErrorCode
 from mediafleet import Dispatcher, Settings
 from mediafleet.blobstore import LocalBlobStore
 from tests.helpers import assert_engine_valid, without_run

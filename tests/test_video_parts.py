@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from contract.errors import ErrorCode, PublicError
-from contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf
-from contract.manifest import Modality, default_manifest
-from contract.video import VideoOptions, VideoResult
+from mediafleet.contract.errors import ErrorCode, PublicError
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf
+from mediafleet.contract.manifest import Modality, default_manifest
+from mediafleet.contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
 from mediafleet.jobstore import JobStore
 from tests.helpers import wait_for, without_run
 from tests.test_video_clips import write_clip
-from workers.parts import join, speech_part
-from workers.video.extract import extract_keyframes
+from mediafleet.workers.parts import join, speech_part
+from mediafleet.workers.video.extract import extract_keyframes
 
 VIDEO = Path(__file__).parent / "data" / "speech.mp4"
 VIDEO_QUEUE = "--queues=mf.extract_keyframes.cpu"

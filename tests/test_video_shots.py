@@ -15,11 +15,11 @@ from scenedetect import AdaptiveDetector, ContentDetector, open_video
 from scenedetect.common import FrameTimecode
 from scenedetect.scene_manager import SceneManager
 
-from contract.manifest import Limits
-from contract.video import VideoOptions, VideoResult
+from mediafleet.contract.manifest import Limits
+from mediafleet.contract.video import VideoOptions, VideoResult
 from tests.test_video_clips import write_clip
-from workers.video.extract import extract_keyframes
-from workers.video.shots import AnalysisFrames, build_detector
+from mediafleet.workers.video.extract import extract_keyframes
+from mediafleet.workers.video.shots import AnalysisFrames, build_detector
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 DETECTORS = {"adaptive": "AdaptiveDetector", "content": "ContentDetector"}
@@ -148,7 +148,7 @@ def test_decoder_threads_change_nothing(corpus: Path, corpus_results) -> None:
     """FFmpeg's frame threading is bit-exact: two threads give the same shots and keyframes."""
     from dataclasses import replace
 
-    from workers.engines import configure, engine_config
+    from mediafleet.workers.engines import configure, engine_config
 
     before = engine_config()
     configure(replace(before, threads=2))

@@ -21,17 +21,17 @@ from celery.worker.consumer import Consumer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from contract.errors import Cancelled, ErrorCode, PublicError
-from contract.jobs import ExtractRequest, JobState, Outcome
-from contract.manifest import Capability, DeviceClass, Manifest
+from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
+from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
+from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.blobstore import open_store
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
 from mediafleet.presence import TTL_S, Announcer
 from mediafleet.settings import Settings
-from workers.engines import EngineConfig, configure
-from workers.parts import join
-from workers.runner import run_request
+from mediafleet.workers.engines import EngineConfig, configure
+from mediafleet.workers.parts import join
+from mediafleet.workers.runner import run_request
 
 __all__ = ["EXTRACT_TASK", "PROGRESS_UNITS", "RefusalRecordingConsumer", "create_app", "join_parts", "recover_lost",
            "redis_priority", "refused", "release_held", "report", "send_extract", "visibility_timeout_s"]
@@ -246,7 +246,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_default_queue="mf.default",
-        worker_consumer="workers.app:RefusalRecordingConsumer",
+        worker_consumer="mediafleet.workers.app:RefusalRecordingConsumer",
     )
     if (tls := settings.tls_options()) is not None:
         app.conf.update(broker_use_ssl=tls, redis_backend_use_ssl=tls)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from pathlib import Path
 
-from contract.manifest import DeviceClass
+from mediafleet.contract.manifest import DeviceClass
 
 __all__ = ["THREAD_VARIABLES", "EngineConfig", "cap_threads", "configure", "engine_config", "numerics"]
 
@@ -46,7 +46,7 @@ def cap_threads(threads: int) -> None:
     ``serve-mcp``, in-process ``extract``), before any engine loads.
 
     Set, not defaulted: an inherited ``OMP_NUM_THREADS`` would change the numerics under the same
-    job id (the thread count is part of a job's identity: see :func:`adapters.ids.job_id`).
+    job id (the thread count is part of a job's identity: see :func:`mediafleet.adapters.ids.job_id`).
     """
     for var in THREAD_VARIABLES:
         os.environ[var] = str(threads)

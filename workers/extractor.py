@@ -17,9 +17,9 @@ from typing import Protocol
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel
 
-from contract.errors import ErrorCode, Unavailable
-from contract.manifest import Capability, DeviceClass, Limits
-from workers.sink import BlobSink
+from mediafleet.contract.errors import ErrorCode, Unavailable
+from mediafleet.contract.manifest import Capability, DeviceClass, Limits
+from mediafleet.workers.sink import BlobSink
 
 __all__ = ["DEVICE_CHECKS", "EXTRACTORS", "Extractor", "ProgressFn", "check_devices", "load_extractor"]
 
@@ -30,7 +30,7 @@ class Extractor(Protocol):
     """``extract(path, options, limits, progress=None, sink=None) -> result``.
 
     ``path`` is a local, digest-verified file; ``progress(done, total)`` reports advance;
-    ``sink`` (a :class:`workers.sink.BlobSink`) stores derived bytes and returns their digests.
+    ``sink`` (a :class:`mediafleet.workers.sink.BlobSink`) stores derived bytes and returns their digests.
     """
 
     def __call__(
@@ -45,10 +45,10 @@ class Extractor(Protocol):
 
 # action -> "module:function"
 EXTRACTORS: dict[str, str] = {
-    "ocr_pdf": "workers.pdf.textlayer:extract_pdf",
-    "extract_keyframes": "workers.video.extract:extract_keyframes",
-    "transcribe_segments": "workers.audio.transcribe:extract_audio",
-    "analyze_image": "workers.image.analyze:analyze_image",
+    "ocr_pdf": "mediafleet.workers.pdf.textlayer:extract_pdf",
+    "extract_keyframes": "mediafleet.workers.video.extract:extract_keyframes",
+    "transcribe_segments": "mediafleet.workers.audio.transcribe:extract_audio",
+    "analyze_image": "mediafleet.workers.image.analyze:analyze_image",
 }
 
 
@@ -56,9 +56,9 @@ EXTRACTORS: dict[str, str] = {
 # any fork; raises Unavailable with a clear message when the device class cannot really be served
 # (e.g. a GPU worker with no visible GPU). Must not create models or initialise CUDA contexts.
 DEVICE_CHECKS: dict[str, str] = {
-    "transcribe_segments": "workers.audio.model:check_device",
-    "ocr_pdf": "workers.ocr.device:check_device",
-    "analyze_image": "workers.ocr.device:check_device",
+    "transcribe_segments": "mediafleet.workers.audio.model:check_device",
+    "ocr_pdf": "mediafleet.workers.ocr.device:check_device",
+    "analyze_image": "mediafleet.workers.ocr.device:check_device",
 }
 
 

@@ -19,17 +19,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from adapters.ids import job_id as make_job_id
-from adapters.loci import to_loci
-from adapters.verify import loci_valid
-from contract.addresses import AddressKind
-from contract.audio import AudioResult
-from contract.errors import CapabilityRefused, ErrorCode, IntegrityError, PublicError
-from contract.jobs import ExtractRequest, Outcome, PartOf
-from contract.manifest import Capability, Manifest
-from contract.results import OPTIONS_BY_MODALITY
-from contract.video import VideoResult
-from workers.video.speech import SPEECH_ACTION, attach, transcribe_here
+from mediafleet.adapters.ids import job_id as make_job_id
+from mediafleet.adapters.loci import to_loci
+from mediafleet.adapters.verify import loci_valid
+from mediafleet.contract.addresses import AddressKind
+from mediafleet.contract.audio import AudioResult
+from mediafleet.contract.errors import CapabilityRefused, ErrorCode, IntegrityError, PublicError
+from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf
+from mediafleet.contract.manifest import Capability, Manifest
+from mediafleet.contract.results import OPTIONS_BY_MODALITY
+from mediafleet.contract.video import VideoResult
+from mediafleet.workers.video.speech import SPEECH_ACTION, attach, transcribe_here
 
 __all__ = ["SPEECH_ACTION", "join", "join_inline", "options_for", "part_capabilities", "speech_part",
            "verify_result", "within_manifest"]

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from billiard.exceptions import SoftTimeLimitExceeded
 
-from contract.errors import (
+from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
     IntegrityError,
@@ -26,13 +26,13 @@ from contract.errors import (
     Unavailable,
     to_public,
 )
-from contract.jobs import ExtractRequest, Outcome
-from contract.manifest import DeviceClass, Manifest, Modality
+from mediafleet.contract.jobs import ExtractRequest, Outcome
+from mediafleet.contract.manifest import DeviceClass, Manifest, Modality
 from mediafleet.blobstore import BlobStore
-from workers.engines import configure, engine_config
-from workers.extractor import ProgressFn, load_extractor
-from workers.parts import join_inline, options_for, part_capabilities, verify_result
-from workers.sink import StoreSink
+from mediafleet.workers.engines import configure, engine_config
+from mediafleet.workers.extractor import ProgressFn, load_extractor
+from mediafleet.workers.parts import join_inline, options_for, part_capabilities, verify_result
+from mediafleet.workers.sink import StoreSink
 
 __all__ = ["run_request"]
 
@@ -71,7 +71,7 @@ def run_request(
 
     With ``inline_parts`` (in-process), a part a fleet job would fan out (a video's speech) is
     run here too; without it (a fleet worker whose job has its parts queued) it is left pending
-    for :func:`workers.parts.join`.
+    for :func:`mediafleet.workers.parts.join`.
     """
     started = clock()
     checks: dict[str, bool] = {}
@@ -92,7 +92,7 @@ def run_request(
             checks["digest_recomputed"] = True
             if request.artifact.modality == Modality.PDF:
                 # Imported here: PyMuPDF is loaded only by processes that read PDFs.
-                from workers.pdf.integrity import read_whole
+                from mediafleet.workers.pdf.integrity import read_whole
 
                 if not read_whole(path):
                     checks["read_whole"] = False  # MuPDF rebuilt its lost xref: ok, the claim not verified

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Protocol
 
-from contract.common import sha256_digest
+from mediafleet.contract.common import sha256_digest
 
 __all__ = ["BlobSink", "MemorySink", "StoreSink"]
 

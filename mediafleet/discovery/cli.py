@@ -182,7 +182,7 @@ def _bundles(text: str) -> list[Any]:
     """One bundle (a file from ``--out``) or one per line (``extract --json``)."""
     from pydantic import ValidationError
 
-    from contract.bundle import EvidenceBundle
+    from mediafleet.contract.bundle import EvidenceBundle
 
     try:
         return [EvidenceBundle.model_validate_json(text)]

@@ -21,8 +21,8 @@ from mediafleet.discovery.index import open_index, parse_index_url
 from mediafleet.discovery.units import Scope
 
 if TYPE_CHECKING:
-    from contract.jobs import Outcome
-    from contract.manifest import Manifest
+    from mediafleet.contract.jobs import Outcome
+    from mediafleet.contract.manifest import Manifest
 
 __all__ = ["index_finished", "parse_index_setting"]
 
@@ -47,7 +47,7 @@ def index_finished(setting: str | None, outcome: Outcome, manifest: Manifest) ->
     """Index the evidence of a finished job's outcome (an ``ok`` one; others hold none)."""
     if setting is None or outcome.status != "ok":
         return
-    from adapters.bundle import build_bundle
+    from mediafleet.adapters.bundle import build_bundle
 
     try:
         url, scope = parse_index_setting(setting)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from contract.bundle import EvidenceBundle
+from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.discovery.units import Scope, Unit
 
 __all__ = ["AddReport", "EvidenceIndex", "Nomination", "StoredUnit", "open_index", "parse_index_url"]

@@ -12,7 +12,7 @@ import json
 import threading
 from typing import Any
 
-from contract.bundle import EvidenceBundle
+from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.discovery.index import AddReport, Nomination, StoredUnit, group_units
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
 

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from contract.bundle import EvidenceBundle
+from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.discovery.index import AddReport, Nomination, StoredUnit, group_units
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
 

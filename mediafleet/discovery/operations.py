@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from contract.locus import is_opaque_ref
+from mediafleet.contract.locus import is_opaque_ref
 from mediafleet.discovery.answer import answer, evidence_object
 from mediafleet.discovery.errors import DiscoveryError, Refusal
 from mediafleet.discovery.host import Binding, LeaseHost, Reservation

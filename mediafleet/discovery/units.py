@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.bundle import EvidenceBundle
+from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.discovery.text import fold
 
 __all__ = ["Scope", "Unit", "text_digest", "units_from_bundle"]

@@ -19,8 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from contract.bundle import EvidenceBundle
-from contract.errors import IntegrityError
+from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.contract.errors import IntegrityError
 from mediafleet.blobstore import BlobStore, hash_file
 from mediafleet.report import media
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.bundle import EvidenceBundle
+from mediafleet.contract.bundle import EvidenceBundle
 
 __all__ = ["summary_lines"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import ErrorCode
+from mediafleet.contract import ErrorCode
 from tests.chaos.conftest import (
     FAULTY,
     dispatcher,
@@ -94,11 +94,11 @@ def _fill(disk: Path) -> Path:
 def test_a_full_disk_on_a_worker_fails_its_job_retryably(small_disk: Path, tmp_path: Path) -> None:
     """Failure 4, on the worker: the keyframes a video job derives cannot be stored. That was
     ``internal_error``, not retryable; the disk freed, resubmitting returned it for good."""
-    from contract.jobs import ArtifactRef, ExtractRequest
-    from contract.manifest import default_manifest
+    from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
+    from mediafleet.contract.manifest import default_manifest
     from mediafleet.blobstore import LocalBlobStore
     from tests.test_video_clips import write_clip
-    from workers.runner import run_request
+    from mediafleet.workers.runner import run_request
 
     clip = tmp_path / "clip.mp4"
     write_clip(clip, [(0, 25), (1, 25)])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import JobState
+from mediafleet.contract import JobState
 from tests.chaos.conftest import (
     FAULTY,
     dispatcher,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from contract import JobState
-from contract.jobs import ArtifactRef, ExtractRequest, Outcome
-from contract.manifest import Modality, default_manifest
+from mediafleet.contract import JobState
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, Outcome
+from mediafleet.contract.manifest import Modality, default_manifest
 from mediafleet.jobstore import JobStore
 from tests.chaos.conftest import (
     FAULTY,
@@ -28,7 +28,7 @@ from tests.chaos.conftest import (
 )
 from tests.helpers import wait_for
 from tests.media import marked_pdf
-from workers.app import join_parts, send_extract
+from mediafleet.workers.app import join_parts, send_extract
 
 pytestmark = pytest.mark.integration
 

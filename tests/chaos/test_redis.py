@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from contract import JobState
+from mediafleet.contract import JobState
 from tests.chaos.conftest import (
     FAULTY,
     dispatcher,

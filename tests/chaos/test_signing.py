@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from contract.common import sha256_digest
-from contract.jobs import ArtifactRef, ExtractRequest
+from mediafleet.contract.common import sha256_digest
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
 from mediafleet import Dispatcher, Settings
 from mediafleet.blobstore import LocalBlobStore
 from tests.chaos.test_faults import _cli
 from tests.media import text_pdf
-from workers.runner import run_request
+from mediafleet.workers.runner import run_request
 
 pytestmark = pytest.mark.integration
 

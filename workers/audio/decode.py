@@ -24,9 +24,9 @@ from typing import Any, Self
 import av
 import numpy as np
 
-from contract.audio import AudioSource
-from contract.errors import ErrorCode, InputRejected, LimitExceeded, Unavailable
-from contract.manifest import Limits
+from mediafleet.contract.audio import AudioSource
+from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded, Unavailable
+from mediafleet.contract.manifest import Limits
 
 __all__ = ["SAMPLE_RATE", "AudioDecoder", "open_audio"]
 

@@ -9,7 +9,7 @@ The engine is built lazily, on the first job, in the process that runs it: a ``W
 created before a prefork pool forks hangs in the child, so nothing here runs at import and the
 start-up check only looks at files (and asks a separate interpreter whether CUDA sees a GPU, so
 the worker's own process never initialises CUDA before forking). Threads come from
-:func:`workers.engines.engine_config` (``MEDIAFLEET_THREADS``), never from the environment.
+:func:`mediafleet.workers.engines.engine_config` (``MEDIAFLEET_THREADS``), never from the environment.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contract.common import ModelRef, sha256_digest
-from contract.errors import Unavailable
-from contract.manifest import DeviceClass
-from workers.engines import EngineConfig, engine_config
-from workers.gpu import visible_gpus
+from mediafleet.contract.common import ModelRef, sha256_digest
+from mediafleet.contract.errors import Unavailable
+from mediafleet.contract.manifest import DeviceClass
+from mediafleet.workers.engines import EngineConfig, engine_config
+from mediafleet.workers.gpu import visible_gpus
 
 __all__ = ["SETTING", "Whisper", "check_device", "model_dir", "model_ref", "whisper"]
 

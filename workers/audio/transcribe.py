@@ -1,15 +1,15 @@
 """Speech to timed text: the ``transcribe_segments`` extractor.
 
 One pass over the recording, in bounded memory: PyAV decodes a 30-second block
-(:mod:`workers.audio.decode`), the streaming VAD finds the speech in it
-(:class:`workers.audio.vad.SpeechDetector`), speech is packed into windows of at most 30 s
-(:class:`workers.audio.vad.WindowPacker`), and every ``batch_size`` windows are decoded together
+(:mod:`mediafleet.workers.audio.decode`), the streaming VAD finds the speech in it
+(:class:`mediafleet.workers.audio.vad.SpeechDetector`), speech is packed into windows of at most 30 s
+(:class:`mediafleet.workers.audio.vad.WindowPacker`), and every ``batch_size`` windows are decoded together
 by faster-whisper's ``BatchedInferencePipeline`` (given the windows as ``clip_timestamps``, so it
 decodes exactly them). What is held at any time is a block, the speech not yet packed and one
 batch of windows, whatever the recording's length.
 
 Segments: with word timestamps (the default) a window's text is cut into segments after each word
-that ends a sentence (:func:`workers.audio.sentences.ends_sentence`: not after "Mr.", "e.g." or
+that ends a sentence (:func:`mediafleet.workers.audio.sentences.ends_sentence`: not after "Mr.", "e.g." or
 "etc. and") and at pauses of a second or more (but never right after an abbreviation), and a
 window's first segment continues the previous window's last when that one did not end a sentence
 and no such pause parts them (up to ``_WINDOW_S`` long); without word timestamps a window is one
@@ -34,21 +34,21 @@ from typing import Any
 
 import numpy as np
 
-from contract.audio import AudioOptions, AudioResult, AudioSegment, AudioWord
-from contract.common import Producer
-from contract.errors import CapabilityRefused, ErrorCode, InternalError
-from contract.manifest import Limits
-from workers.audio.decode import SAMPLE_RATE, SAMPLES_PER_MS, open_audio
-from workers.audio.model import Whisper, whisper
-from workers.audio.sentences import abbreviation, ends_sentence
-from workers.audio.vad import (
+from mediafleet.contract.audio import AudioOptions, AudioResult, AudioSegment, AudioWord
+from mediafleet.contract.common import Producer
+from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InternalError
+from mediafleet.contract.manifest import Limits
+from mediafleet.workers.audio.decode import SAMPLE_RATE, SAMPLES_PER_MS, open_audio
+from mediafleet.workers.audio.model import Whisper, whisper
+from mediafleet.workers.audio.sentences import abbreviation, ends_sentence
+from mediafleet.workers.audio.vad import (
     FixedWindows,
     Samples,
     SpeechDetector,
     Window,
     WindowPacker,
 )
-from workers.sink import BlobSink
+from mediafleet.workers.sink import BlobSink
 
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_audio"]
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from contract.common import Producer, TextBox
-from contract.image import ImageOptions, ImagePage, ImageResult
-from contract.manifest import Limits
-from workers.image.decode import Frame, frames, open_image
-from workers.image.phash import phash
-from workers.image.thumbnail import thumbnail_png
-from workers.ocr.engine import ENGINE, OcrEngine, get_engine
-from workers.ocr.lines import read_lines
-from workers.sink import BlobSink
+from mediafleet.contract.common import Producer, TextBox
+from mediafleet.contract.image import ImageOptions, ImagePage, ImageResult
+from mediafleet.contract.manifest import Limits
+from mediafleet.workers.image.decode import Frame, frames, open_image
+from mediafleet.workers.image.phash import phash
+from mediafleet.workers.image.thumbnail import thumbnail_png
+from mediafleet.workers.ocr.engine import ENGINE, OcrEngine, get_engine
+from mediafleet.workers.ocr.lines import read_lines
+from mediafleet.workers.sink import BlobSink
 
 __all__ = ["DETECT_MAX_SIDE", "EXTRACTOR", "EXTRACTOR_VERSION", "analyze_image"]
 

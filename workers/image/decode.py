@@ -19,8 +19,8 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from contract.errors import ErrorCode, InputRejected, LimitExceeded
-from contract.manifest import Limits
+from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
+from mediafleet.contract.manifest import Limits
 
 __all__ = ["FORMATS", "Frame", "frames", "open_image"]
 

@@ -2,7 +2,7 @@
 
 The recogniser scores every 8-pixel column (a timestep) of a line resized to 48 pixels high;
 a character is a run of equal non-blank argmax labels. Keeping each run's columns lets the
-spacing step (:mod:`workers.ocr.spacing`) place characters back on the line image.
+spacing step (:mod:`mediafleet.workers.ocr.spacing`) place characters back on the line image.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ NVIDIA driver lists; without both the worker refuses to start rather than quietl
 
 from __future__ import annotations
 
-from contract.errors import Unavailable
-from contract.manifest import DeviceClass
-from workers.gpu import visible_gpus
+from mediafleet.contract.errors import Unavailable
+from mediafleet.contract.manifest import DeviceClass
+from mediafleet.workers.gpu import visible_gpus
 
 __all__ = ["check_device"]
 

@@ -2,7 +2,7 @@
 
 Nothing loads at import: the first OCR job in a process builds the detector, the line-orientation
 classifier and the recogniser (about a second), after the worker's fork, with onnxruntime's
-intra-op threads capped to :func:`workers.engines.engine_config` ``threads`` (onnxruntime ignores
+intra-op threads capped to :func:`mediafleet.workers.engines.engine_config` ``threads`` (onnxruntime ignores
 ``OMP_NUM_THREADS``). On the GPU device class every session must run on onnxruntime's CUDA
 provider; RapidOCR itself would fall back to CPU with a log line, so the engine checks the
 sessions it got and refuses instead.
@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from contract.common import ModelRef, sha256_digest
-from contract.errors import Unavailable
-from contract.manifest import DeviceClass
-from workers.engines import engine_config
-from workers.ocr.ctc import Decoded, decode
+from mediafleet.contract.common import ModelRef, sha256_digest
+from mediafleet.contract.errors import Unavailable
+from mediafleet.contract.manifest import DeviceClass
+from mediafleet.workers.engines import engine_config
+from mediafleet.workers.ocr.ctc import Decoded, decode
 
 __all__ = ["ENGINE", "OcrEngine", "get_engine"]
 

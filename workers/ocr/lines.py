@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.ocr.engine import OcrEngine, get_engine
-from workers.ocr.spacing import with_spaces
-from workers.reading_order import reading_order
+from mediafleet.workers.ocr.engine import OcrEngine, get_engine
+from mediafleet.workers.ocr.spacing import with_spaces
+from mediafleet.workers.reading_order import reading_order
 
 __all__ = ["JOIN_GAP", "MIN_CONFIDENCE", "SAME_ROW", "OcrLine", "capitals", "join_pieces", "normalise", "read_lines"]
 

@@ -2,7 +2,7 @@
 
 RapidOCR's bundled recogniser was trained on Chinese text and often reads English words with no
 space between them. The line image still shows the gap: between two characters the recogniser
-read side by side (:mod:`workers.ocr.ctc` gives where), the widest run of ink-free columns is
+read side by side (:mod:`mediafleet.workers.ocr.ctc` gives where), the widest run of ink-free columns is
 measured against the line's x-height. A word gap is about 0.25-0.35 em, a gap between letters
 well under 0.1 em, and the x-height about half an em, so a clear run of at least ``WORD_GAP``
 x-heights is a space. Where the recogniser did emit spaces on the line, a new one must also be
@@ -19,7 +19,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from workers.ocr.ctc import Decoded
+from mediafleet.workers.ocr.ctc import Decoded
 
 __all__ = ["DROP_GAP", "KEEP_WITH_OWN", "WORD_GAP", "with_spaces"]
 

@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from contract.common import TextBox
-from workers.pdf.mupdf import pymupdf
+from mediafleet.contract.common import TextBox
+from mediafleet.workers.pdf.mupdf import pymupdf
 
 __all__ = ["GARBAGE_SHARE", "IMAGE_DOMINATED", "TEXT_SPARSE", "OcrReason", "ocr_reason"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contract.errors import InputRejected
-from workers.pdf.mupdf import pymupdf
+from mediafleet.contract.errors import InputRejected
+from mediafleet.workers.pdf.mupdf import pymupdf
 
 __all__ = ["read_whole"]
 

@@ -1,6 +1,6 @@
 """One PDF page through OCR: render, read the lines, map their boxes back to page points.
 
-Boxes come back from :func:`workers.ocr.lines.read_lines` inside the rendered image; scaling by
+Boxes come back from :func:`mediafleet.workers.ocr.lines.read_lines` inside the rendered image; scaling by
 the page's size over the image's keeps them inside the page (a right or bottom edge that float
 rounding would push past the page is cut to it).
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.common import TextBox
-from contract.manifest import Limits
-from contract.pdf import PdfOptions, PdfPage
-from workers.ocr.engine import OcrEngine
-from workers.ocr.lines import read_lines
-from workers.pdf.classify import OcrReason
-from workers.pdf.render import page_pixels
+from mediafleet.contract.common import TextBox
+from mediafleet.contract.manifest import Limits
+from mediafleet.contract.pdf import PdfOptions, PdfPage
+from mediafleet.workers.ocr.engine import OcrEngine
+from mediafleet.workers.ocr.lines import read_lines
+from mediafleet.workers.pdf.classify import OcrReason
+from mediafleet.workers.pdf.render import page_pixels
 
 __all__ = ["DETECT_DPI", "ocr_page"]
 

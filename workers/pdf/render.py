@@ -13,9 +13,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-from contract.errors import ErrorCode, LimitExceeded
-from contract.manifest import Limits
-from workers.pdf.mupdf import pymupdf
+from mediafleet.contract.errors import ErrorCode, LimitExceeded
+from mediafleet.contract.manifest import Limits
+from mediafleet.workers.pdf.mupdf import pymupdf
 
 __all__ = ["page_pixels", "render_size"]
 

@@ -1,14 +1,14 @@
 """The PDF text layer with PyMuPDF: page sizes, page text and one box per text line.
 
-Lines are put in reading order (:mod:`workers.reading_order`) rather than content-stream order,
+Lines are put in reading order (:mod:`mediafleet.workers.reading_order`) rather than content-stream order,
 and the page text is those lines joined by newlines, so text and boxes always agree. The text is
 as a reader reads it: ligature glyphs are expanded (``\ufb01`` -> ``fi``, MuPDF splitting the glyph's
 box between the letters), a soft hyphen inside a line is dropped (it is invisible) and one at the
 end of a line is shown as the hyphen it is drawn as. In the page text, a word hyphenated across
 two lines is joined (:func:`page_text`); each line's box keeps the text it covers, hyphen included.
 
-Each page is routed (:mod:`workers.pdf.classify`): a page whose text layer is usable keeps this
-fast path; the others (scans, unmapped glyphs) are rendered and OCR'd (:mod:`workers.pdf.ocr_page`),
+Each page is routed (:mod:`mediafleet.workers.pdf.classify`): a page whose text layer is usable keeps this
+fast path; the others (scans, unmapped glyphs) are rendered and OCR'd (:mod:`mediafleet.workers.pdf.ocr_page`),
 and the page says which path it took. The OCR engine is imported and built only when a page needs
 it, so a born-digital PDF never loads it.
 
@@ -23,15 +23,15 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from adapters.nogc import collection_paused
-from contract.common import ModelRef, Producer, TextBox
-from contract.errors import ErrorCode, InputRejected, LimitExceeded
-from contract.manifest import Limits
-from contract.pdf import PdfOptions, PdfPage, PdfResult
-from workers.pdf.classify import ocr_reason
-from workers.pdf.mupdf import pymupdf
-from workers.reading_order import reading_order
-from workers.sink import BlobSink
+from mediafleet.adapters.nogc import collection_paused
+from mediafleet.contract.common import ModelRef, Producer, TextBox
+from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
+from mediafleet.contract.manifest import Limits
+from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
+from mediafleet.workers.pdf.classify import ocr_reason
+from mediafleet.workers.pdf.mupdf import pymupdf
+from mediafleet.workers.reading_order import reading_order
+from mediafleet.workers.sink import BlobSink
 
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines", "page_text"]
 
@@ -164,7 +164,7 @@ class _Ocr:
 
     def get(self) -> Any:
         if self.engine is None:
-            from workers.ocr.engine import get_engine
+            from mediafleet.workers.ocr.engine import get_engine
 
             self.engine = get_engine()
         return self.engine
@@ -175,7 +175,7 @@ def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _
     lines = list(page_lines(page))
     reason = ocr_reason(page, lines, options.ocr)
     if reason is not None:
-        from workers.pdf.ocr_page import ocr_page
+        from mediafleet.workers.pdf.ocr_page import ocr_page
 
         return ocr_page(page, index + 1, options, limits, reason, ocr.get())
     boxes = reading_order(lines, _rect)

@@ -27,9 +27,9 @@ from typing import Any, Self
 
 import av
 
-from contract.errors import ErrorCode, InputRejected, LimitExceeded
-from contract.manifest import Limits
-from workers.video.probe import Probe
+from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
+from mediafleet.contract.manifest import Limits
+from mediafleet.workers.video.probe import Probe
 
 __all__ = ["FrameReader"]
 

@@ -6,7 +6,7 @@ cut before it (its ``event_buffer_length``); then it joins its shot's keyframe p
 closes, its keyframe is converted at full size, turned upright, hashed and stored; nothing is
 decoded twice and nothing seeks.
 
-Threads: the worker's engine configuration (``workers.engines``, set once per process) gives the
+Threads: the worker's engine configuration (``mediafleet.workers.engines``, set once per process) gives the
 thread budget: FFmpeg's decoder threads and OpenCV's pool. With a budget over one, decoding and
 the analysis frame with its sharpness run in the reader's two helper threads (see
 :class:`FrameReader`), detection and keyframes in the calling thread; with one, all of it runs in
@@ -29,10 +29,10 @@ import av
 import cv2
 from scenedetect.common import FrameTimecode
 
-from contract.common import Producer, sha256_digest
-from contract.errors import InternalError
-from contract.manifest import Limits
-from contract.video import (
+from mediafleet.contract.common import Producer, sha256_digest
+from mediafleet.contract.errors import InternalError
+from mediafleet.contract.manifest import Limits
+from mediafleet.contract.video import (
     Rational,
     VideoKeyframe,
     VideoMedia,
@@ -40,14 +40,14 @@ from contract.video import (
     VideoResult,
     VideoShot,
 )
-from workers.engines import engine_config
-from workers.sink import BlobSink
-from workers.video.decode import FrameReader
-from workers.video.keyframes import Candidate, KeyframePicker, encode_image, upright
-from workers.video.phash import near_duplicates, phash, phash_hex
-from workers.video.probe import Probe, open_video
-from workers.video.shots import AnalysisFrames, build_detector, sharpness
-from workers.video.speech import track_speech
+from mediafleet.workers.engines import engine_config
+from mediafleet.workers.sink import BlobSink
+from mediafleet.workers.video.decode import FrameReader
+from mediafleet.workers.video.keyframes import Candidate, KeyframePicker, encode_image, upright
+from mediafleet.workers.video.phash import near_duplicates, phash, phash_hex
+from mediafleet.workers.video.probe import Probe, open_video
+from mediafleet.workers.video.shots import AnalysisFrames, build_detector, sharpness
+from mediafleet.workers.video.speech import track_speech
 
 __all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_keyframes"]
 
@@ -285,7 +285,7 @@ def extract_keyframes(
 
     Returns:
         The media facts, the contiguous shots covering every frame, one keyframe per shot, and
-        whether the audio track awaits a transcript (``pending``; :mod:`workers.video.speech`
+        whether the audio track awaits a transcript (``pending``; :mod:`mediafleet.workers.video.speech`
         joins it in) or why it does not.
 
     Raises:

@@ -1,6 +1,6 @@
 """Keyframe pHashes, the same as the image capability's, and near-duplicate marking.
 
-The hash is :func:`workers.image.phash.phash` (the ``imagehash`` recipe: grey, 32x32 Lanczos, DCT,
+The hash is :func:`mediafleet.workers.image.phash.phash` (the ``imagehash`` recipe: grey, 32x32 Lanczos, DCT,
 8x8 low frequencies against their median), so a keyframe's pHash compares directly with an
 image's from ``analyze_image``.
 """
@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from workers.image.phash import phash as image_phash
+from mediafleet.workers.image.phash import phash as image_phash
 
 __all__ = ["hamming", "near_duplicates", "phash", "phash_hex"]
 

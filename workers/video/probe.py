@@ -15,8 +15,8 @@ from typing import Any, BinaryIO, Self
 
 import av
 
-from contract.errors import ErrorCode, InputRejected, LimitExceeded
-from contract.manifest import Limits
+from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
+from mediafleet.contract.manifest import Limits
 
 __all__ = ["Probe", "has_audio_track", "open_video"]
 

@@ -33,7 +33,7 @@ from scenedetect import AdaptiveDetector, ContentDetector
 from scenedetect.common import FrameTimecode
 from scenedetect.scene_manager import compute_downscale_factor
 
-from contract.video import VideoOptions
+from mediafleet.contract.video import VideoOptions
 
 __all__ = ["AnalysisFrames", "DetectorSpec", "build_detector", "resize_rows", "sharpness"]
 

@@ -3,7 +3,7 @@
 The video extractor only says what the container shows (:func:`track_speech`): no track, not
 requested, or ``pending`` with the track's offset on the media timeline. The transcript itself is
 made by the ``transcribe_segments`` extractor: on the fleet as a separate job on the audio queue,
-running beside the video job (:mod:`workers.parts`); in-process by :func:`transcribe_here`. Either
+running beside the video job (:mod:`mediafleet.workers.parts`); in-process by :func:`transcribe_here`. Either
 way :func:`attach` joins it into the video result, so a caller gets shots, keyframes and transcript
 from one request. A track that cannot be transcribed leaves the shots and keyframes standing: the
 speech part says ``unavailable`` or ``failed`` with its public reason.
@@ -20,10 +20,10 @@ from pathlib import Path
 
 from billiard.exceptions import SoftTimeLimitExceeded
 
-from contract.audio import AudioOptions, AudioResult
-from contract.errors import ErrorCode, MediafleetError, PublicError, to_public
-from contract.manifest import Capability
-from contract.video import VideoResult, VideoSpeech
+from mediafleet.contract.audio import AudioOptions, AudioResult
+from mediafleet.contract.errors import ErrorCode, MediafleetError, PublicError, to_public
+from mediafleet.contract.manifest import Capability
+from mediafleet.contract.video import VideoResult, VideoSpeech
 
 __all__ = ["SPEECH_ACTION", "attach", "track_speech", "transcribe_here"]
 
@@ -49,7 +49,7 @@ def track_speech(*, wanted: bool, has_audio: bool, audio_start_s: Fraction | Non
 def transcribe_here(path: Path, capability: Capability) -> AudioResult | PublicError:
     """The track transcribed in this process with ``capability``'s extractor, default options and
     limits; a failure comes back as its public error (only a time limit propagates)."""
-    from workers.extractor import load_extractor
+    from mediafleet.workers.extractor import load_extractor
 
     try:
         extract = load_extractor(capability)
