@@ -19,7 +19,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import Field, TypeAdapter, model_validator
+
+from mediafleet.contract.common import Strict
 
 __all__ = [
     "AddressKind",
@@ -95,8 +97,8 @@ def caller_name(kind: str) -> LocusKind:
     return _KIND_TO_CALLER[address_kind(kind)]
 
 
-class _Address(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Address(Strict):
+    """Every address: strict and frozen like every contract model."""
 
 
 class _Box(_Address):

@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from mediafleet.contract.digests import check_digest, sha256_digest
+
 __all__ = ["Digest", "ModelRef", "Producer", "Strict", "TextBox", "sha256_digest"]
 
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-def _check_digest(value: str) -> str:
-    if not _DIGEST.fullmatch(value):
-        raise ValueError("a digest is 'sha256:' followed by 64 lowercase hex characters")
-    return value
-
-
-Digest = Annotated[str, AfterValidator(_check_digest)]
+Digest = Annotated[str, AfterValidator(check_digest)]
 F64 = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Confidence = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-
-
-def sha256_digest(hex_digest: str) -> str:
-    """``sha256:<hex>`` from a bare hex digest."""
-    return _check_digest(f"sha256:{hex_digest}")
 
 
 class Strict(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from mediafleet.contract.common import Strict
 
 __all__ = [
     "Cancelled",
@@ -65,10 +65,8 @@ class Phase(StrEnum):
     MAP = "map"
 
 
-class PublicError(BaseModel):
+class PublicError(Strict):
     """The failure a caller sees: a stable code, a public-safe message, whether to retry."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     code: ErrorCode
     message: str

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator
 
 from mediafleet.contract.addresses import EvidenceAddress
+from mediafleet.contract.common import Strict
 
 __all__ = ["EvidenceLocus", "LocusSubject", "OpaqueRef", "is_opaque_ref", "opaque_ref"]
 
@@ -51,19 +52,15 @@ def _check_ref(value: str) -> str:
 OpaqueRef = Annotated[str, AfterValidator(_check_ref)]
 
 
-class LocusSubject(BaseModel):
+class LocusSubject(Strict):
     """What the locus is located in: always an asset occurrence."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["occurrence"] = "occurrence"
     id: OpaqueRef
 
 
-class EvidenceLocus(BaseModel):
+class EvidenceLocus(Strict):
     """The governed envelope: an address plus the identity and governance refs around it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: OpaqueRef
     subject: LocusSubject
