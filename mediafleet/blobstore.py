@@ -10,73 +10,24 @@ settings. Storing or reading a blob refreshes its last-use stamp (here: the file
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Protocol
+from typing import TYPE_CHECKING, BinaryIO
 
-from mediafleet.contract.common import sha256_digest
+from mediafleet.blobs import BlobInfo, BlobStore, blob_key, remove_files_older_than
+from mediafleet.contract.digests import HEX, copy_hashing, hash_bytes, hash_file
 from mediafleet.contract.errors import ErrorCode, IntegrityError
 
 if TYPE_CHECKING:
     from mediafleet.settings import Settings
 
+# BlobInfo, BlobStore (from mediafleet.blobs) and hash_file (from mediafleet.contract.digests) are
+# named here too, where the dispatcher, the runner and the report have always imported them.
 __all__ = ["BlobInfo", "BlobStore", "LocalBlobStore", "hash_file", "open_store"]
-
-_CHUNK = 1 << 20
-_HEX = re.compile(r"[0-9a-f]{64}")
-
-
-def hash_file(path: Path) -> str:
-    """``sha256:<hex>`` of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return sha256_digest(h.hexdigest())
-
-
-class BlobInfo(NamedTuple):
-    """One stored blob, as retention sees it."""
-
-    digest: str
-    size: int
-    last_used: datetime
-
-
-class BlobStore(Protocol):
-    """What the dispatcher, the runner, the blob sink and retention need from a store."""
-
-    def put_bytes(self, data: bytes) -> str:
-        """Store ``data`` (or refresh the stamp of an identical blob); return ``sha256:<hex>``."""
-        ...
-
-    def put_stream(self, stream: BinaryIO, head_bytes: int = 4096) -> tuple[str, int, bytes]:
-        """Store a stream; return its digest, its size and its first ``head_bytes`` bytes."""
-        ...
-
-    def exists(self, digest: str) -> bool: ...
-
-    def verified_path(self, digest: str) -> AbstractContextManager[Path]:
-        """A local path to the blob's bytes, re-hashed; ``IntegrityError`` when missing or altered."""
-        ...
-
-    def blobs(self) -> Iterator[BlobInfo]:
-        """Every blob in the store, with its size and last-use stamp."""
-        ...
-
-    def delete_idle(self, digest: str, cutoff: datetime) -> bool:
-        """Delete the blob if it has not been used since ``cutoff``; True when deleted."""
-        ...
-
-    def delete_stale_temp(self, cutoff: datetime) -> int:
-        """Remove temporary files abandoned before ``cutoff``; return how many."""
-        ...
 
 
 def open_store(settings: Settings) -> BlobStore:
@@ -95,16 +46,13 @@ class LocalBlobStore:
         self.root = Path(root)
 
     def _path(self, digest: str) -> Path:
-        hex_digest = digest.removeprefix("sha256:")
-        if digest != f"sha256:{hex_digest}" or not _HEX.fullmatch(hex_digest):
-            raise IntegrityError("malformed blob reference", code=ErrorCode.BLOB_NOT_FOUND)
-        return self.root / "sha256" / hex_digest[:2] / hex_digest[2:4] / hex_digest
+        return self.root / blob_key(digest)
 
     def exists(self, digest: str) -> bool:
         return self._path(digest).is_file()
 
     def put_bytes(self, data: bytes) -> str:
-        digest = sha256_digest(hashlib.sha256(data).hexdigest())
+        digest = hash_bytes(data)
         if not self._touch(self._path(digest)):
             self._commit(digest, lambda fh: fh.write(data))
         return digest
@@ -169,7 +117,7 @@ class LocalBlobStore:
             return
         for shard in sorted(top.glob("[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]")):
             for entry in shard.iterdir():
-                if not _HEX.fullmatch(entry.name) or entry != self._path(f"sha256:{entry.name}"):
+                if not HEX.fullmatch(entry.name) or entry != self._path(f"sha256:{entry.name}"):
                     continue
                 try:
                     st = entry.stat()
@@ -192,30 +140,3 @@ class LocalBlobStore:
         """Remove partial writes (``tmp/*``, ``tmp*`` beside blobs) last written before ``cutoff``."""
         candidates = list((self.root / "tmp").glob("*")) + list((self.root / "sha256").glob("*/*/tmp*"))
         return remove_files_older_than(candidates, cutoff)
-
-
-def remove_files_older_than(entries: Iterable[Path], cutoff: datetime) -> int:
-    """Delete the plain files among ``entries`` last written before ``cutoff``; returns how many."""
-    removed = 0
-    for entry in entries:
-        try:
-            if entry.is_file() and datetime.fromtimestamp(entry.stat().st_mtime, UTC) < cutoff:
-                entry.unlink()
-                removed += 1
-        except FileNotFoundError:  # another cleaner got there first
-            continue
-    return removed
-
-
-def copy_hashing(stream: BinaryIO, out: BinaryIO, head_bytes: int) -> tuple[str, int, bytes]:
-    """Copy ``stream`` into ``out`` in 1 MiB chunks; returns its digest, size and first bytes."""
-    h = hashlib.sha256()
-    size = 0
-    head = b""
-    while chunk := stream.read(_CHUNK):
-        if len(head) < head_bytes:
-            head += chunk[: head_bytes - len(head)]
-        h.update(chunk)
-        size += len(chunk)
-        out.write(chunk)
-    return sha256_digest(h.hexdigest()), size, head

@@ -21,10 +21,8 @@ rule on ``LastModified`` and :mod:`mediafleet.retention` implement the same rule
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -32,13 +30,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from mediafleet.contract.common import sha256_digest
+from mediafleet.blobs import BlobInfo, blob_hex, blob_key, parse_blob_url, remove_files_older_than
+from mediafleet.contract.digests import CHUNK, HEX, copy_hashing, hash_bytes, hash_chunks
 from mediafleet.contract.errors import ErrorCode, IntegrityError, LimitExceeded, Phase, Unavailable
-from mediafleet.blobstore import BlobInfo, copy_hashing, remove_files_older_than
 
 if TYPE_CHECKING:
     from mediafleet.settings import Settings
 
+# parse_blob_url (from mediafleet.blobs) stays importable from here, where it has always been.
 __all__ = ["REFRESH_S", "S3BlobStore", "make_client", "parse_blob_url"]
 
 log = logging.getLogger("mediafleet.blobstore")
@@ -46,36 +45,8 @@ log = logging.getLogger("mediafleet.blobstore")
 REFRESH_S = 3600
 """A last-use stamp is refreshed when it is older than this (seconds); retention adds it as slack."""
 
-_CHUNK = 1 << 20
 _MAX_SINGLE_PUT = 5 * 1024**3
-_BLOB_URL = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<prefix>[^?#]*))?")
-_SEGMENT = re.compile(r"[A-Za-z0-9_.=-]+")
-_HEX = re.compile(r"[0-9a-f]{64}")
 _MISSING = {"404", "NoSuchKey", "NotFound"}
-
-
-def parse_blob_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")`` (prefix may be empty).
-
-    Raises:
-        ValueError: not an ``s3://`` URL, a bucket name S3 would refuse, or a prefix with empty,
-            ``.``/``..`` or unusual segments (so a prefix is always a plain folder of the bucket).
-    """
-    match = _BLOB_URL.fullmatch(url)
-    if match is None or ".." in match["bucket"]:
-        raise ValueError("blob_url must be s3://<bucket>[/<prefix>] with a valid bucket name")
-    prefix = (match["prefix"] or "").strip("/")
-    segments = prefix.split("/") if prefix else []
-    if any(s in (".", "..") or not _SEGMENT.fullmatch(s) for s in segments):
-        raise ValueError("blob_url's prefix must be plain folder names (letters, digits, '_', '.', '=', '-')")
-    return match["bucket"], prefix
-
-
-def _hex(digest: str) -> str:
-    hex_digest = digest.removeprefix("sha256:")
-    if digest != f"sha256:{hex_digest}" or not _HEX.fullmatch(hex_digest):
-        raise IntegrityError("malformed blob reference", code=ErrorCode.BLOB_NOT_FOUND)
-    return hex_digest
 
 
 def _b64(hex_digest: str) -> str:
@@ -176,8 +147,7 @@ class S3BlobStore:
 
     def key(self, digest: str) -> str:
         """The object key of ``digest``; a malformed reference is refused (``blob_not_found``)."""
-        hex_digest = _hex(digest)
-        return f"{self._base}sha256/{hex_digest[:2]}/{hex_digest[2:4]}/{hex_digest}"
+        return self._base + blob_key(digest)
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -220,15 +190,12 @@ class S3BlobStore:
         fd, tmp = tempfile.mkstemp(dir=spool, prefix="blob-")
         path = Path(tmp)
         try:
-            h = hashlib.sha256()
             try:
                 with os.fdopen(fd, "wb") as out, closing(response["Body"]) as body:
-                    for chunk in body.iter_chunks(_CHUNK):
-                        h.update(chunk)
-                        out.write(chunk)
+                    got = hash_chunks(body.iter_chunks(CHUNK), out)[0]
             except BotoCoreError as exc:
                 raise _unavailable(exc) from exc
-            if sha256_digest(h.hexdigest()) != digest:
+            if got != digest:
                 raise IntegrityError("the stored artifact does not match its digest")
             self._refresh(key, response["LastModified"], response.get("Metadata") or {})
             yield path
@@ -244,8 +211,7 @@ class S3BlobStore:
     # -- writing -----------------------------------------------------------------------------
 
     def put_bytes(self, data: bytes) -> str:
-        hex_digest = hashlib.sha256(data).hexdigest()
-        digest = sha256_digest(hex_digest)
+        digest = hash_bytes(data)
         if not self._touch_existing(digest):
             self._upload(digest, data, len(data))
         return digest
@@ -266,7 +232,7 @@ class S3BlobStore:
     def _upload(self, digest: str, body: bytes | BinaryIO, size: int) -> None:
         if size > _MAX_SINGLE_PUT:
             raise LimitExceeded("the artifact is too large for the blob store")
-        hex_digest = _hex(digest)
+        hex_digest = blob_hex(digest)
         self._call("put_object", Key=self.key(digest), Body=body, ContentLength=size,
                    ContentType="application/octet-stream", ChecksumAlgorithm="SHA256",
                    ChecksumSHA256=_b64(hex_digest), Metadata={"sha256": hex_digest})
@@ -283,7 +249,7 @@ class S3BlobStore:
             head = self._call("head_object", Key=key, ChecksumMode="ENABLED")
         except FileNotFoundError:
             return False
-        if head.get("ChecksumSHA256") != _b64(_hex(digest)):
+        if head.get("ChecksumSHA256") != _b64(blob_hex(digest)):
             if head.get("ChecksumSHA256"):
                 log.warning("a stored blob's checksum does not match its key; storing it again")
             return False
@@ -317,7 +283,7 @@ class S3BlobStore:
             for page in pages:
                 for obj in page.get("Contents", []):
                     hex_digest = obj["Key"].rsplit("/", 1)[-1]
-                    if _HEX.fullmatch(hex_digest) and obj["Key"] == self.key(f"sha256:{hex_digest}"):
+                    if HEX.fullmatch(hex_digest) and obj["Key"] == self.key(f"sha256:{hex_digest}"):
                         yield BlobInfo(f"sha256:{hex_digest}", obj["Size"], obj["LastModified"])
         except (BotoCoreError, ClientError) as exc:
             raise _unavailable(exc) from exc

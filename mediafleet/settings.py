@@ -15,6 +15,7 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from mediafleet.blobs import parse_blob_url
 from mediafleet.contract.manifest import DeviceClass, Manifest, load_manifest
 
 __all__ = ["Settings"]
@@ -94,8 +95,6 @@ class Settings(BaseSettings):
     @classmethod
     def _check_blob_url(cls, value: str | None) -> str | None:
         if value is not None:
-            from mediafleet.s3store import parse_blob_url
-
             parse_blob_url(value)
         return value
 
