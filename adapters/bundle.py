@@ -17,6 +17,7 @@ from mediafleet.adapters.prov import ProvFacts, prov_jsonld
 from mediafleet.adapters.verify import loci_valid
 from mediafleet.contract.bundle import BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
 from mediafleet.contract.errors import MediafleetError, PublicError
+from mediafleet.contract.digests import blob_ref
 from mediafleet.contract.jobs import Outcome
 from mediafleet.contract.locus import LocusSubject
 from mediafleet.contract.manifest import Capability
@@ -25,10 +26,9 @@ __all__ = ["build_bundle", "refused_bundle", "with_claims"]
 
 
 def _artifact_nodes(artifact: BundleArtifact) -> tuple[list[Node], list[Edge], str, str]:
-    hex_digest = artifact.digest.removeprefix("sha256:")
     source_id = f"sourceobject:{artifact.digest}"
     occurrence_id = f"occurrence:{token('occurrence', artifact.digest)}"
-    blob_id = f"blob:{hex_digest}"
+    blob_id = blob_ref(artifact.digest)
     nodes = [
         Node(id=source_id, node_type="SourceObject", properties={"digest": artifact.digest}),
         Node(
@@ -106,7 +106,7 @@ def refused_bundle(
                   locus_count=0, error=error, agent=facts)
     )
     prov = prov_jsonld(
-        ProvFacts(activity_id, f"blob:{artifact.digest.removeprefix('sha256:')}", artifact.digest, artifact.media_type,
+        ProvFacts(activity_id, blob_ref(artifact.digest), artifact.digest, artifact.media_type,
                   agent_id, label, facts, action or "", "failed", at, at, (), None)
     )
     return EvidenceBundle(job_id=job_id, action=action, artifact=artifact, status="failed", error=error,

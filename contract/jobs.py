@@ -94,3 +94,9 @@ class Outcome(Strict):
     started_at: datetime
     ended_at: datetime
     device: DeviceClass = DeviceClass.CPU
+
+    @classmethod
+    def failed(cls, request: ExtractRequest, error: PublicError, at: datetime) -> Outcome:
+        """The failed outcome of ``request`` decided at ``at`` (no work done: it starts and ends then)."""
+        return cls(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
+                   error=error, started_at=at, ended_at=at, device=request.device)

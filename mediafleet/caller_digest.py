@@ -29,16 +29,17 @@ import re
 from collections.abc import Iterable, Sequence
 
 from mediafleet.contract.bundle import CallerClaims
+from mediafleet.contract.digests import DIGEST, HEX
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, IntegrityError, Phase
 
 __all__ = ["ANONYMOUS_LOCAL", "ENGINE_CHUNK_SIZE", "check", "engine_blob_digest", "owner_scope", "parse_owner"]
 
 ENGINE_CHUNK_SIZE = 1 << 20  # the callers' client default (BlobClient.DEFAULT_CHUNK_SIZE)
 _MANIFEST_VERSION = 2
-_DIGEST = re.compile(r"(sha256:)?([0-9a-fA-F]{64})")
+_DIGEST = re.compile(rf"(sha256:)?((?i:{HEX.pattern}))")  # the hex in either case, as callers send it
 _SCOPE = re.compile(r"carrier-owner:[0-9a-f]{64}")
 _OPAQUE_TENANT = re.compile(r"carrier-tenant:[0-9a-f]{64}")
-_OPAQUE_PRINCIPAL = re.compile(r"principal:sha256:[0-9a-f]{64}")
+_OPAQUE_PRINCIPAL = re.compile(rf"principal:{DIGEST.pattern}")
 
 
 def _opaque_key(namespace: str, scope: str, local: str) -> str:

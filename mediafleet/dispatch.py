@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict, Unpack
 
 from mediafleet.adapters.bundle import build_bundle, refused_bundle, with_claims
 from mediafleet.adapters.ids import job_id as make_job_id
 from mediafleet.adapters.ids import token
 from mediafleet.contract.bundle import BundleArtifact, CallerClaims, EvidenceBundle
-from mediafleet.contract.common import sha256_digest
+from mediafleet.contract.digests import DIGEST, hash_stream
 from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
@@ -44,17 +44,47 @@ from mediafleet.workers.extractor import ProgressFn
 from mediafleet.workers.parts import SPEECH_ACTION, speech_part
 from mediafleet.workers.runner import run_request
 
-__all__ = ["Dispatcher", "Job", "delegate_extract"]
+__all__ = ["Dispatcher", "Job", "Submission", "delegate_extract"]
 
 Artifact = bytes | str | Path | BinaryIO
 _HEAD = 4096
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _PROGRESS_SLICE_S = 0.5
 _DEFAULT_PRIORITY = 4
 _FINAL = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 # A queued job whose message is not sent this long after its record was written was left by a
 # dispatcher that died in between; a resubmission sends it (sending takes milliseconds).
 _UNSENT_AFTER_S = 30.0
+
+
+class Submission(TypedDict, total=False):
+    """What :meth:`Dispatcher.submit` and :meth:`Dispatcher.submit_stored` take besides the artifact."""
+
+    action: str | None
+    """The callers' action (``ocr_pdf``...); inferred from the media type when None."""
+    media_type: str | None
+    """The type the caller claims: a hint. Bytes of another type of the same modality run as what
+    they are, and the bundle records the claim and the disagreement; a claim of another modality,
+    or of a type no capability knows, is refused (``media_type_mismatch``)."""
+    options: Mapping[str, Any] | None
+    """Capability options; anything the manifest does not declare is refused."""
+    priority: int | None
+    """0 (lowest) to 9 (highest) on the fleet; default 4."""
+    keep_result_s: int | None
+    """The caller's pickup window; the outcome is kept at least this long (and at least the
+    settings' ``result_ttl_s``)."""
+    progress: ProgressFn | None
+    """In-process only: called with (done, total) as the job advances."""
+    claims: CallerClaims | None
+    """What the caller's boundary already checked (its digest); recorded on this call's bundle
+    with the media-type claim."""
+
+
+def _requested(request: Submission) -> tuple[str | None, str | None, dict[str, Any]]:
+    """The action, claimed type and options of a submission, after refusing keywords it does not name."""
+    unknown = set(request) - Submission.__optional_keys__
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+    return request.get("action"), request.get("media_type"), dict(request.get("options") or {})
 
 
 def _now() -> datetime:
@@ -74,12 +104,10 @@ _REDIS_AWAY = _redis_away()
 
 def _untrusted(request: ExtractRequest) -> Outcome:
     """What a waiter returns for a record whose outcome failed its signature check."""
-    now = _now()
     error = PublicError(code=ErrorCode.INTERNAL_ERROR, retryable=True,
                         message="the job's stored outcome failed its signature check and was not returned; "
                                 "submit the artifact again to run it")
-    return Outcome(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
-                   error=error, started_at=now, ended_at=now, device=request.device)
+    return Outcome.failed(request, error, _now())
 
 
 class Job:
@@ -304,9 +332,7 @@ class _FleetJob(Job):
         else:
             error = PublicError(code=ErrorCode.WORKER_LOST, retryable=True,
                                 message="the worker failed before finishing the job")
-        now = _now()
-        outcome = Outcome(job_id=request.job_id, action=request.action, artifact=request.artifact, status="failed",
-                          error=error, started_at=now, ended_at=now, device=request.device)
+        outcome = Outcome.failed(request, error, _now())
         if record is None:
             return outcome
         worker = getattr(result, "worker", None) if not cancelled else None
@@ -356,40 +382,22 @@ class Dispatcher:
             self._app = create_app(self.settings, self.manifest)
         return self._app
 
-    def submit(
-        self,
-        artifact: Artifact,
-        *,
-        action: str | None = None,
-        media_type: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        priority: int | None = None,
-        keep_result_s: int | None = None,
-        progress: ProgressFn | None = None,
-        claims: CallerClaims | None = None,
-    ) -> Job:
+    def submit(self, artifact: Artifact, **request: Unpack[Submission]) -> Job:
         """Check, store and run (or enqueue) one artifact.
 
         Args:
             artifact: the bytes, a path to them, or a binary stream.
-            action: the callers' action (``ocr_pdf``...); inferred from the media type when None.
-            media_type: the type the caller claims: a hint. Bytes of another type of the same
-                modality run as what they are, and the bundle records the claim and the
-                disagreement; a claim of another modality, or of a type no capability knows, is
-                refused (``media_type_mismatch``).
-            options: capability options; anything the manifest does not declare is refused.
-            priority: 0 (lowest) to 9 (highest) on the fleet; default 4.
-            keep_result_s: the caller's pickup window; the outcome is kept at least this long
-                (and at least the settings' ``result_ttl_s``).
-            progress: in-process only: called with (done, total) as the job advances.
-            claims: what the caller's boundary already checked (its digest); recorded on this
-                call's bundle with the media-type claim.
+            **request: what to do with it (:class:`Submission`: action, media type, options,
+                priority, pickup window, progress, claims); every key is optional.
+
+        Raises:
+            TypeError: a keyword :class:`Submission` does not name.
         """
-        options = dict(options or {})
+        action, media_type, options = _requested(request)
         head, size, opened = _peek(artifact)
         try:
             sniffed = sniff(head)
-            claims = self._claims(claims, media_type, sniffed)
+            claims = self._claims(request.get("claims"), media_type, sniffed)
             try:
                 capability = self._check(sniffed, size, action, media_type, options)
             except MediafleetError as exc:
@@ -406,21 +414,9 @@ class Dispatcher:
         if stored_size != size:
             return _claimed(self._refused(digest, stored_size, sniffed, action,
                                           InputRejected("the artifact changed while it was read").public()), claims)
-        return _claimed(self._start(digest, size, sniffed, capability, options, priority,  # type: ignore[arg-type]
-                                    keep_result_s, progress, audio), claims)
+        return _claimed(self._start(digest, size, sniffed, capability, options, request, audio), claims)  # type: ignore[arg-type]
 
-    def submit_stored(
-        self,
-        digest: str,
-        *,
-        action: str | None = None,
-        media_type: str | None = None,
-        options: Mapping[str, Any] | None = None,
-        priority: int | None = None,
-        keep_result_s: int | None = None,
-        progress: ProgressFn | None = None,
-        claims: CallerClaims | None = None,
-    ) -> Job:
+    def submit_stored(self, digest: str, **request: Unpack[Submission]) -> Job:
         """Like :meth:`submit`, for an artifact the blob store already holds (too big to pass inline).
 
         The stored bytes are re-hashed first; a digest the store does not hold gives a failed job
@@ -428,10 +424,12 @@ class Dispatcher:
 
         Raises:
             CapabilityRefused: ``digest`` is not a ``sha256:<hex>`` digest (there is no artifact to name).
+            TypeError: a keyword :class:`Submission` does not name.
         """
-        if not _DIGEST.fullmatch(digest):
+        action, media_type, options = _requested(request)
+        if not DIGEST.fullmatch(digest):
             raise CapabilityRefused("the blob reference is not a sha256 digest", code=ErrorCode.INVALID_REQUEST)
-        options = dict(options or {})
+        claims = request.get("claims")
         size, sniffed = 0, None
         try:
             with self.store.verified_path(digest) as path:
@@ -444,8 +442,7 @@ class Dispatcher:
         except MediafleetError as exc:
             return _claimed(self._refused(digest, size, sniffed, action, exc.public()),
                             self._claims(claims, media_type, sniffed))
-        return _claimed(self._start(digest, size, sniffed, capability, options, priority,  # type: ignore[arg-type]
-                                    keep_result_s, progress, audio), claims)
+        return _claimed(self._start(digest, size, sniffed, capability, options, request, audio), claims)  # type: ignore[arg-type]
 
     def _audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
         """For a video bound for the fleet: whether its header shows an audio track (no speech
@@ -457,9 +454,18 @@ class Dispatcher:
         return has_audio_track(source)
 
     def _start(self, digest: str, size: int, media_type: str, capability: Capability, options: dict[str, Any],
-               priority: int | None, keep_result_s: int | None, progress: ProgressFn | None,
-               has_audio: bool | None = None) -> Job:
-        request = ExtractRequest(
+               request: Submission, has_audio: bool | None = None) -> Job:
+        extract = self._request(digest, size, media_type, capability, options)
+        if self.in_process:
+            outcome = run_request(extract, manifest=self.manifest, store=self.store, device=extract.device,
+                                  progress=request.get("progress"), clock=self._clock)
+            index_finished(self.settings.discovery_index, outcome, self.manifest)
+            return _DoneJob(build_bundle(outcome, capability))
+        return self._enqueue(extract, capability, request.get("priority"), request.get("keep_result_s"), has_audio)
+
+    def _request(self, digest: str, size: int, media_type: str, capability: Capability,
+                 options: dict[str, Any]) -> ExtractRequest:
+        return ExtractRequest(
             job_id=self.job_id_for(digest, capability, options),
             action=capability.action,
             artifact=ArtifactRef(digest=digest, media_type=media_type, bytes=size, modality=capability.modality),
@@ -467,12 +473,6 @@ class Dispatcher:
             device=self._device_for(capability),
             threads=self.settings.threads,
         )
-        if self.in_process:
-            outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
-                                  progress=progress, clock=self._clock)
-            index_finished(self.settings.discovery_index, outcome, self.manifest)
-            return _DoneJob(build_bundle(outcome, capability))
-        return self._enqueue(request, capability, priority, keep_result_s, has_audio)
 
     def _device_for(self, capability: Capability) -> DeviceClass:
         """This process's device class when the capability allows it, else its preferred one."""
@@ -706,13 +706,8 @@ def _peek(artifact: Artifact) -> tuple[bytes, int, BinaryIO]:
 
 
 def _digest_of(stream: BinaryIO) -> str:
-    import hashlib
-
     stream.seek(0)
-    h = hashlib.sha256()
-    while chunk := stream.read(1 << 20):
-        h.update(chunk)
-    return sha256_digest(h.hexdigest())
+    return hash_stream(stream)
 
 
 _DISPATCHERS: dict[str, Dispatcher] = {}

@@ -561,8 +561,5 @@ class JobStore:
         record = self.get(job_id)
         if record is None:
             return
-        request = record.request
-        now = datetime.now(UTC)
-        self.finish(Outcome(job_id=job_id, action=request.action, artifact=request.artifact, status="failed",
-                            error=PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled"),
-                            started_at=now, ended_at=now, device=request.device))
+        self.finish(Outcome.failed(record.request, PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled"),
+                                   datetime.now(UTC)))

