@@ -5,6 +5,7 @@ PageRegion, a box from its ImageRegion, a segment from its AudioRange, a shot fr
 VideoTimeRange, a keyframe from its FrameRange), so what a caller writes into the graph is
 exactly what the worker checked against the artifact's real extent, in the bundle's order.
 Nothing here does I/O: images a caller wants inline are fetched by the server and passed in.
+Each modality's spec names its shape (:attr:`mediafleet.workers.spec.ModalitySpec.caller_shape`).
 
 Shapes (a JSON object; ``available`` missing means true; ``error`` only on failure):
 
@@ -27,8 +28,10 @@ from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.contract.errors import ErrorCode, PublicError
+from mediafleet.workers.registry import for_modality
 
-__all__ = ["caller_response", "failure_response", "inline_wanted"]
+__all__ = ["audio_shape", "caller_response", "failure_response", "image_shape", "inline_wanted", "pdf_shape",
+           "video_shape"]
 
 # The error codes that mean "this sidecar cannot do that here", which callers read as available: false.
 _UNAVAILABLE = frozenset({ErrorCode.CAPABILITY_NOT_DECLARED, ErrorCode.ENGINE_UNAVAILABLE})
@@ -45,7 +48,8 @@ def _box(address: Mapping[str, Any]) -> dict[str, float]:
     return {k: address[k] for k in ("x", "y", "width", "height")}
 
 
-def _pdf(bundle: EvidenceBundle) -> dict[str, Any]:
+def pdf_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+    """``pages``, each with its text and line boxes (the PDF spec's caller shape)."""
     pages: dict[int, dict[str, Any]] = {}
     for address, props in _evidence(bundle):
         kind = address["kind"]
@@ -59,7 +63,8 @@ def _pdf(bundle: EvidenceBundle) -> dict[str, Any]:
     return {"pages": list(pages.values())}
 
 
-def _audio(bundle: EvidenceBundle) -> dict[str, Any]:
+def audio_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+    """``segments`` (the audio spec's caller shape)."""
     segments = []
     for address, props in _evidence(bundle):
         if address["kind"] == "audio_range":
@@ -71,7 +76,8 @@ def _audio(bundle: EvidenceBundle) -> dict[str, Any]:
     return {"segments": segments}
 
 
-def _video(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+def video_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+    """``shots`` and ``keyframes``, and ``segments`` when the video has speech (the video spec's caller shape)."""
     shots: list[dict[str, Any]] = []
     keyframes: list[dict[str, Any]] = []
     for address, props in _evidence(bundle):
@@ -85,7 +91,7 @@ def _video(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
             keyframes.append(keyframe)
     shape: dict[str, Any] = {"shots": shots, "keyframes": keyframes}
     # The video's spoken words, when it has them: the audio callers' shape, on the same subject.
-    if (speech := _audio(bundle)["segments"]):
+    if (speech := audio_shape(bundle, inline)["segments"]):
         shape["segments"] = speech
     return shape
 
@@ -95,9 +101,10 @@ def _thumbnail_ref(props: Mapping[str, Any]) -> str | None:
     return "blob:" + digest.removeprefix("sha256:") if isinstance(digest, str) else None
 
 
-def _image(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
-    """The first page's pHash and thumbnail; a region per ImageRegion locus (the whole image, labelled
-    ``image``, then each text line, labelled with its text), each with its 1-based ``page``."""
+def image_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+    """The image spec's caller shape: the first page's pHash and thumbnail; a region per ImageRegion
+    locus (the whole image, labelled ``image``, then each text line, labelled with its text), each
+    with its 1-based ``page``."""
     shape: dict[str, Any] = {"phash": None, "regions": []}
     for address, props in _evidence(bundle):
         if address["kind"] != "image_region":
@@ -152,16 +159,10 @@ def caller_response(bundle: EvidenceBundle, inline: Mapping[str, str] | None = N
         raise ValueError("only an ok bundle has a caller response; a failed one is a failure_response")
     inline = inline or {}
     modality = bundle.artifact.modality.value if bundle.artifact.modality is not None else None
-    if modality == "pdf":
-        shape = _pdf(bundle)
-    elif modality == "audio":
-        shape = _audio(bundle)
-    elif modality == "video":
-        shape = _video(bundle, inline)
-    elif modality == "image":
-        shape = _image(bundle, inline)
-    else:
+    spec = for_modality(modality) if modality is not None else None
+    if spec is None:
         raise ValueError(f"no caller shape for modality {modality!r}")
+    shape = spec.caller_shape.load()(bundle, inline)
     left_out = sum(ref not in inline for ref in inline_wanted(bundle))
     if left_out:
         # Over the server's inline budget (or unreadable): the bundle still names each image's blob.

@@ -7,11 +7,14 @@ are pixels of the upright image; ``image_id`` names the page as ``<document>:pag
 
 from __future__ import annotations
 
+from typing import Any
+
 from mediafleet.adapters.drafts import Bounds, LocusDraft
 from mediafleet.contract.addresses import ImageRegion
+from mediafleet.contract.common import TextBox
 from mediafleet.contract.image import ImageResult
 
-__all__ = ["IMAGE_SPACE", "image_loci"]
+__all__ = ["IMAGE_SPACE", "image_loci", "line_locus"]
 
 IMAGE_SPACE = "image_pixels_upright"
 
@@ -30,14 +33,17 @@ def image_loci(result: ImageResult, document_id: str) -> list[LocusDraft]:
                             "orientation": page.orientation},
             )
         )
-        for box in page.regions:
-            drafts.append(
-                LocusDraft(
-                    address=ImageRegion(x=box.x, y=box.y, width=box.width, height=box.height),
-                    bounds=bounds,
-                    text=box.text,
-                    confidence=box.confidence,
-                    properties={**on_page, "region": "text_line", "label": box.text},
-                )
-            )
+        drafts.extend(line_locus(box, bounds, {**on_page, "region": "text_line", "label": box.text})
+                      for box in page.regions)
     return drafts
+
+
+def line_locus(box: TextBox, bounds: Bounds, properties: dict[str, Any]) -> LocusDraft:
+    """One text line's ImageRegion (pixels of an image, or points of a PDF page), with its text."""
+    return LocusDraft(
+        address=ImageRegion(x=box.x, y=box.y, width=box.width, height=box.height),
+        bounds=bounds,
+        text=box.text,
+        confidence=box.confidence,
+        properties=properties,
+    )

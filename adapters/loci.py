@@ -1,30 +1,19 @@
 """Result -> located evidence: one :class:`LocusDraft` per locus, with the extent it must fit in.
 
-Pure functions, one module per modality, picked by the result's ``kind``.
+Pure functions, one module per modality, picked by the result's ``kind`` (its modality) from the
+modality's spec (:attr:`mediafleet.workers.spec.ModalitySpec.loci`).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from typing import Any
 
-from mediafleet.adapters.audio import audio_loci
 from mediafleet.adapters.drafts import Bounds, LocusDraft
-from mediafleet.adapters.image import image_loci
 from mediafleet.adapters.nogc import collection_paused
-from mediafleet.adapters.pdf import pdf_loci
-from mediafleet.adapters.video import video_loci
+from mediafleet.workers.registry import for_modality
 
 __all__ = ["Bounds", "LocusDraft", "to_loci"]
-
-# result kind -> mapping; each modality adds its own line here
-_BY_KIND: dict[str, Callable[[Any, str], list[LocusDraft]]] = {
-    "pdf": pdf_loci,
-    "audio": audio_loci,
-    "video": video_loci,
-    "image": image_loci,
-}
 
 
 # The last result mapped and its drafts. In-process, the worker's check and the bundle map the
@@ -49,6 +38,13 @@ def to_loci(result: Any, document_id: str) -> list[LocusDraft]:
     if last is not None and last[0]() is result and last[1] == document_id:
         return list(last[2])
     with collection_paused():  # one draft per line of a long document, none in a cycle
-        drafts = _BY_KIND[result.kind](result, document_id)
+        drafts = _mapper(result.kind)(result, document_id)
     _last = (weakref.ref(result, _forget), document_id, drafts)
     return list(drafts)
+
+
+def _mapper(kind: str) -> Any:
+    spec = for_modality(kind)
+    if spec is None:
+        raise ValueError(f"no registered modality maps {kind!r} results")
+    return spec.loci.load()

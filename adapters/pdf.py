@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mediafleet.adapters.drafts import Bounds, LocusDraft
-from mediafleet.contract.addresses import CharacterRange, ImageRegion, PageRegion
+from mediafleet.adapters.image import line_locus
+from mediafleet.contract.addresses import CharacterRange, PageRegion
 from mediafleet.contract.pdf import PdfResult
 
 __all__ = ["PDF_SPACE", "pdf_loci"]
@@ -41,15 +42,7 @@ def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
                     properties={"page": page.page, "path": page.path, "text_unit": "unicode_code_points"},
                 )
             )
-        for box in page.boxes:
-            drafts.append(
-                LocusDraft(
-                    address=ImageRegion(x=box.x, y=box.y, width=box.width, height=box.height),
-                    bounds=page_bounds,
-                    text=box.text,
-                    confidence=box.confidence,
-                    properties={"image_id": f"{document_id}:page{page.page}", **on_page},
-                )
-            )
+        image_id = f"{document_id}:page{page.page}"
+        drafts.extend(line_locus(box, page_bounds, {"image_id": image_id, **on_page}) for box in page.boxes)
         offset += len(page.text) + 1
     return drafts

@@ -1,42 +1,60 @@
-"""Checks that earn a claim its ``is_verified``: each locus valid and inside the real extent."""
+"""Checks that earn a claim its ``is_verified``: each locus valid and inside the real extent.
+
+One containment rule per address kind of the contract, whichever modality produced it: a new
+modality that uses the contract's addresses adds nothing here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, get_args
 
-from mediafleet.adapters.drafts import LocusDraft
-from mediafleet.contract.addresses import (
-    AudioRange,
-    CharacterRange,
-    FrameRange,
-    ImageRegion,
-    PageRegion,
-    VideoTimeRange,
-)
+from mediafleet.adapters.drafts import Bounds, LocusDraft
+from mediafleet.contract.addresses import EvidenceAddress
 
 __all__ = ["inside", "loci_valid"]
-
-_ADDRESSES = (PageRegion, CharacterRange, ImageRegion, AudioRange, VideoTimeRange, FrameRange)
 
 # Float boxes computed from the same page size may differ in the last bits.
 _EPS = 1e-6
 
 
+def _box(a: Any, b: Bounds) -> bool:
+    if b.width is None or b.height is None:
+        return False
+    return a.x >= -_EPS and a.y >= -_EPS and a.x + a.width <= b.width + _EPS and a.y + a.height <= b.height + _EPS
+
+
+def _text(a: Any, b: Bounds) -> bool:
+    return b.text_length is not None and a.end <= b.text_length
+
+
+def _time(a: Any, b: Bounds) -> bool:
+    return b.duration_ms is not None and a.end_ms <= b.duration_ms
+
+
+def _frames(a: Any, b: Bounds) -> bool:
+    return b.frame_count is not None and a.end_frame <= b.frame_count
+
+
+# address kind -> whether an address of that kind lies inside its bounds
+_INSIDE: dict[str, Callable[[Any, Bounds], bool]] = {
+    "page_region": _box,
+    "image_region": _box,
+    "character_range": _text,
+    "audio_range": _time,
+    "video_time_range": _time,
+    "frame_range": _frames,
+}
+
+_ADDRESSES = get_args(get_args(EvidenceAddress)[0])  # the contract's address models
+if {a.model_fields["kind"].default for a in _ADDRESSES} != set(_INSIDE):  # pragma: no cover - caught at import
+    raise RuntimeError("every address kind of the contract needs exactly one containment rule here")
+
+
 def inside(draft: LocusDraft) -> bool:
     """True when the locus lies inside the extent of what it points into."""
-    a, b = draft.address, draft.bounds
-    kind = a.kind
-    if kind in ("page_region", "image_region"):
-        if b.width is None or b.height is None:
-            return False
-        return a.x >= -_EPS and a.y >= -_EPS and a.x + a.width <= b.width + _EPS and a.y + a.height <= b.height + _EPS
-    if kind == "character_range":
-        return b.text_length is not None and a.end <= b.text_length
-    if kind in ("audio_range", "video_time_range"):
-        return b.duration_ms is not None and a.end_ms <= b.duration_ms
-    if kind == "frame_range":
-        return b.frame_count is not None and a.end_frame <= b.frame_count
-    return False
+    rule = _INSIDE.get(draft.address.kind)
+    return rule is not None and rule(draft.address, draft.bounds)
 
 
 def loci_valid(drafts: Sequence[LocusDraft]) -> bool:

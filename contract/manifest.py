@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from enum import StrEnum
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -125,7 +126,9 @@ class Capability(_Strict):
     time_limits: TimeLimits
     devices: list[DeviceClass] = Field(min_length=1, description="allowed classes, preferred first")
     engine: Engine
-    extractor_version: str = Field(description="bumped whenever output for the same input may change")
+    extractor_version: str = Field(
+        description="bumped whenever output for the same input may change; the one value the job id, the "
+        "derivation ref and every locus id derive from")
     options: dict[str, OptionRule] = Field(default_factory=dict)
 
     @field_validator("produces", mode="before")
@@ -277,10 +280,20 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def default_manifest() -> Manifest:
-    """The manifest that ships with this version of the fleet."""
+@cache
+def _shipped() -> Manifest:
     text = resources.files("mediafleet.contract").joinpath("manifest.default.json").read_text(encoding="utf-8")
     return Manifest.model_validate_json(text)
+
+
+def default_manifest() -> Manifest:
+    """The manifest that ships with this version of the fleet (read once per process).
+
+    It alone holds each capability's ``extractor_version``: the dispatcher's job id, the
+    extractor's ``producer`` (through its modality spec), and so the derivation ref and every locus
+    id all take it from here, and an operator's file may not change it.
+    """
+    return _shipped()
 
 
 def load_manifest(operator_file: Path | None = None) -> Manifest:

@@ -1,4 +1,9 @@
-"""Every modality's result, as one tagged union (tag ``kind``), and every modality's options."""
+"""Every modality's options and result: one table, and the results as one tagged union (tag ``kind``).
+
+The contract is the static wire schema (``mediafleet schema`` prints it without loading a worker),
+so it lists each modality's models itself; the modality's spec (:mod:`mediafleet.workers.spec`)
+reads them from here.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,24 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from mediafleet.contract.audio import AudioOptions, AudioResult
 from mediafleet.contract.image import ImageOptions, ImageResult
+from mediafleet.contract.manifest import Modality
 from mediafleet.contract.pdf import PdfOptions, PdfResult
 from mediafleet.contract.video import VideoOptions, VideoResult
 
-__all__ = ["OPTIONS_BY_MODALITY", "ExtractionResult", "parse_result"]
+__all__ = ["OPTIONS_BY_MODALITY", "RESULT_BY_MODALITY", "ExtractionResult", "parse_result"]
 
-# One entry per modality; a modality's module adds its result here and nowhere else.
-_RESULTS: tuple[type[BaseModel], ...] = (PdfResult, AudioResult, VideoResult, ImageResult)
-
-OPTIONS_BY_MODALITY: dict[str, type[BaseModel]] = {
-    "pdf": PdfOptions,
-    "audio": AudioOptions,
-    "video": VideoOptions,
-    "image": ImageOptions,
+# One line per modality: its options model and its result model (tagged ``kind`` = the modality).
+_MODELS: dict[Modality, tuple[type[BaseModel], type[BaseModel]]] = {
+    Modality.PDF: (PdfOptions, PdfResult),
+    Modality.AUDIO: (AudioOptions, AudioResult),
+    Modality.VIDEO: (VideoOptions, VideoResult),
+    Modality.IMAGE: (ImageOptions, ImageResult),
 }
 
-if len(_RESULTS) == 1:
-    ExtractionResult = _RESULTS[0]
-else:  # pragma: no cover - becomes the only branch once a second modality lands
-    ExtractionResult = Annotated[Union[_RESULTS], Field(discriminator="kind")]  # type: ignore[misc,valid-type]
+OPTIONS_BY_MODALITY: dict[str, type[BaseModel]] = {m.value: options for m, (options, _) in _MODELS.items()}
+RESULT_BY_MODALITY: dict[str, type[BaseModel]] = {m.value: result for m, (_, result) in _MODELS.items()}
+
+ExtractionResult = Annotated[Union[tuple(RESULT_BY_MODALITY.values())], Field(discriminator="kind")]  # type: ignore[valid-type]
 
 _RESULT = TypeAdapter(ExtractionResult)
 

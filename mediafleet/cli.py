@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mediafleet.unreachable import unreachable_errors
+
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -257,15 +259,6 @@ def main(argv: list[str] | None = None) -> int:
     return _extract(args, settings, manifest)
 
 
-def _unreachable() -> tuple[type[BaseException], ...]:
-    """Errors that mean the broker or backend is not there (not a bad artifact)."""
-    from kombu.exceptions import OperationalError
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeout
-
-    return (ConnectionError, OperationalError, RedisConnectionError, RedisTimeout)
-
-
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else "no detail"
 
@@ -350,8 +343,7 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
                 status = EXIT_FAILED
                 continue
             capability = check_input(item, manifest, args.action, options)
-            if capability is not None and capability.modality.value in _NEEDS_OPENCV:
-                _check_opencv()
+            _check_opencv(capability)
             queue.append(item)
     except UsageError as exc:
         print(f"mediafleet extract: {exc}", file=sys.stderr)
@@ -394,11 +386,9 @@ def _extract_all(queue: list[Any], args: argparse.Namespace, settings: Any, mani
     return status
 
 
-_NEEDS_OPENCV = ("image", "video")
-
-
-def _check_opencv() -> None:
-    """Refuse at once, with the fix, when OpenCV is installed but cannot load for want of libGL.
+def _check_opencv(capability: Any) -> None:
+    """Refuse at once, with the fix, when the capability's spec needs OpenCV and OpenCV is installed
+    but cannot load for want of libGL.
 
     rapidocr and scenedetect require ``opencv-python``, whose build needs the system's libGL; it
     shares one ``cv2`` folder with ``opencv-python-headless``, and whichever pip installed last wins.
@@ -407,7 +397,10 @@ def _check_opencv() -> None:
         UsageError: ``cv2`` is there but its library needs libGL, which this machine lacks.
     """
     from mediafleet.inputs import UsageError
+    from mediafleet.workers.registry import spec_for
 
+    if capability is None or not spec_for(capability.action).opencv:
+        return
     try:
         import cv2  # noqa: F401
     except ImportError as exc:
@@ -431,7 +424,7 @@ def _stop_waiting(dispatcher: Any) -> None:
             for result in list(waiters.values()):
                 try:
                     backend.remove_pending_result(result)
-                except _unreachable():  # Redis went away: nothing left to unsubscribe from
+                except unreachable_errors():  # Redis went away: nothing left to unsubscribe from
                     return
 
 
@@ -453,12 +446,11 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
     from mediafleet.contract.jobs import JobState
     from mediafleet.inputs import check_input
     from mediafleet.report.text import summary_lines
-    from mediafleet.workers.app import PROGRESS_UNITS
+    from mediafleet.workers.registry import progress_unit
 
     capability = check_input(item, manifest, args.action, options)
-    if capability is not None and capability.modality.value in _NEEDS_OPENCV:
-        _check_opencv()
-    unit = PROGRESS_UNITS.get(capability.modality.value, "items") if capability else "items"
+    _check_opencv(capability)
+    unit = progress_unit(capability.action) if capability else "items"
     show = _Progress(item.name, unit, enabled=sys.stderr.isatty())
     job = None
     try:
@@ -491,7 +483,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         show.clear()
         print(f"mediafleet extract: {item.name}: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
-    except _unreachable():
+    except unreachable_errors():
         show.clear()
         print(f"mediafleet extract: the fleet's broker cannot be reached at {_broker_shown(dispatcher.settings)}",
               file=sys.stderr)
@@ -581,7 +573,7 @@ def _fleet_command(args: argparse.Namespace, settings: Any, manifest: Any) -> in
         if args.job:
             record = dispatcher.jobs().get(args.job)
             report["job"] = record.summary() if record else {"job_id": args.job, "state": "unknown"}
-    except _unreachable():
+    except unreachable_errors():
         print(f"mediafleet {args.command}: the fleet's broker cannot be reached at {_broker_shown(settings)}",
               file=sys.stderr)
         return EXIT_UNREACHABLE

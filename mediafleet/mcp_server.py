@@ -64,18 +64,29 @@ from mediafleet import caller_digest
 from mediafleet.dispatch import Dispatcher, Job
 from mediafleet.localjobs import LocalJobs, run_folder, submit_request
 from mediafleet.sniff import sniff
+from mediafleet.unreachable import unreachable_errors
+from mediafleet.workers.registry import SPECS
 
 __all__ = ["DEFAULT_MAX_INLINE_BYTES", "DEFAULT_WAIT_S", "TOOLS", "SidecarTools", "build_server", "serve"]
 
 log = logging.getLogger("mediafleet.mcp")
 
-# The callers' tool -> the one action (and manifest capability) it serves.
-TOOLS: dict[str, str] = {
-    "pdf_action": "ocr_pdf",
-    "image_decode": "analyze_image",
-    "transcribe_media": "transcribe_segments",
-    "video_keyframes": "extract_keyframes",
-}
+
+
+def _tools() -> dict[str, str]:
+    """The callers' tool -> the one action it serves: each registered spec's capability's ``tool``
+    in the shipped manifest (the one in force may disable some; a call to one then answers
+    ``available: false``)."""
+    tools: dict[str, str] = {}
+    for spec in SPECS:
+        tool = spec.capability.tool
+        if tool in tools:
+            raise ValueError(f"{tools[tool]} and {spec.action} are both the {tool} tool; a tool serves one action")
+        tools[tool] = spec.action
+    return tools
+
+
+TOOLS: dict[str, str] = _tools()
 
 DEFAULT_MAX_INLINE_BYTES = 64 * 1024 * 1024
 # The callers give up after 60 s unless their mcp_config.json sets "timeout": answer "still running,
@@ -235,7 +246,7 @@ class SidecarTools:
         except MediafleetError as exc:
             error = exc.public()
         except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes a public error
-            if _unreachable(exc):
+            if isinstance(exc, unreachable_errors()):
                 error = PublicError(code=ErrorCode.ENGINE_UNAVAILABLE, message="the fleet cannot be reached",
                                     retryable=True)
                 log.warning("%s: the fleet cannot be reached (%s)", tool, type(exc).__name__)
@@ -406,19 +417,6 @@ def _to_png(data: bytes) -> bytes | None:
     return out.getvalue()
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """The broker or result backend is not there (not a bad artifact)."""
-    if isinstance(exc, ConnectionError):
-        return True
-    try:
-        from kombu.exceptions import OperationalError
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeout
-    except ImportError:  # pragma: no cover - celery[redis] is a core dependency
-        return False
-    return isinstance(exc, (OperationalError, RedisConnectionError, RedisTimeout))
-
-
 # -- the MCP layer ------------------------------------------------------------------------------
 
 
@@ -477,8 +475,8 @@ def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False, upstr
                                     is_error=failed and errors_as_is_error)
 
     return Server("mediafleet", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,
-                  instructions="The media sidecar tools of the evidence pipeline: pdf_action, image_decode, "
-                               "transcribe_media, video_keyframes. Each takes action and params_json.")
+                  instructions=f"The media sidecar tools of the evidence pipeline: {', '.join(TOOLS)}. "
+                               "Each takes action and params_json.")
 
 
 def _version() -> str:

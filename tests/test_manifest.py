@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from mediafleet.contract import CapabilityRefused, ErrorCode, LimitExceeded, Manifest, default_manifest, load_manifest
-from mediafleet.workers.extractor import EXTRACTORS
 
 
 @pytest.fixture
@@ -123,13 +122,3 @@ def test_an_option_choice_matches_by_json_type_not_python_equality() -> None:
     assert not flags.allows(1) and not flags.allows(0)  # 1 == True in Python, not in JSON
     sizes = OptionRule(choices=[1, 2])
     assert sizes.allows(2) and not sizes.allows(True) and not sizes.allows(2.0)
-
-
-@pytest.mark.parametrize("action", sorted(EXTRACTORS))
-def test_each_extractor_declares_the_version_the_manifest_gives_it(action: str) -> None:
-    """The job id takes the manifest's extractor version, the loci's derivation the module's: they
-    must be one, or a changed extractor answers with stale evidence under an unchanged job id."""
-    import importlib
-
-    module = importlib.import_module(EXTRACTORS[action].partition(":")[0])
-    assert module.EXTRACTOR_VERSION == default_manifest().capability(action).extractor_version

@@ -31,9 +31,10 @@ from mediafleet.presence import TTL_S, Announcer
 from mediafleet.settings import Settings
 from mediafleet.workers.engines import EngineConfig, configure
 from mediafleet.workers.parts import join
+from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.runner import run_request
 
-__all__ = ["EXTRACT_TASK", "PROGRESS_UNITS", "RefusalRecordingConsumer", "create_app", "join_parts", "recover_lost",
+__all__ = ["EXTRACT_TASK", "RefusalRecordingConsumer", "create_app", "join_parts", "recover_lost",
            "redis_priority", "refused", "release_held", "report", "send_extract", "visibility_timeout_s"]
 
 EXTRACT_TASK = "mediafleet.extract"
@@ -41,7 +42,6 @@ log = logging.getLogger("mediafleet.worker")
 # What Redis being briefly away looks like to a progress call.
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 _PROGRESS_EVERY_S = 1.0
-PROGRESS_UNITS = {"pdf": "pages", "image": "pages", "audio": "seconds", "video": "frames"}
 
 
 def visibility_timeout_s(manifest: Manifest) -> int:
@@ -317,7 +317,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
             # nothing to run. Ignore stores no result, so it cannot wake (or mislead) the current
             # submission's waiters.
             raise Ignore()
-        unit = PROGRESS_UNITS.get(req.artifact.modality.value, "items")
+        unit = progress_unit(req.action)
         last = [0.0]
 
         def progress(done: int, total: int | None) -> None:

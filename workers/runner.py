@@ -27,12 +27,14 @@ from mediafleet.contract.errors import (
     to_public,
 )
 from mediafleet.contract.jobs import ExtractRequest, Outcome
-from mediafleet.contract.manifest import DeviceClass, Manifest, Modality
+from mediafleet.contract.manifest import DeviceClass, Manifest
 from mediafleet.blobstore import BlobStore
 from mediafleet.workers.engines import configure, engine_config
-from mediafleet.workers.extractor import ProgressFn, load_extractor
+from mediafleet.workers.extractor import load_extractor
 from mediafleet.workers.parts import join_inline, options_for, part_capabilities, verify_result
+from mediafleet.workers.registry import spec_for
 from mediafleet.workers.sink import StoreSink
+from mediafleet.workers.spec import ProgressFn
 
 __all__ = ["run_request"]
 
@@ -88,14 +90,11 @@ def run_request(
         capability.check_options(request.options)
         options = options_for(request, capability, manifest)
         extractor = load_extractor(capability)
+        read_check = spec_for(capability.action).read_check
         with store.verified_path(request.artifact.digest) as path, _threads(request.threads):
             checks["digest_recomputed"] = True
-            if request.artifact.modality == Modality.PDF:
-                # Imported here: PyMuPDF is loaded only by processes that read PDFs.
-                from mediafleet.workers.pdf.integrity import read_whole
-
-                if not read_whole(path):
-                    checks["read_whole"] = False  # MuPDF rebuilt its lost xref: ok, the claim not verified
+            if not read_check.load()(path):
+                checks["read_whole"] = False  # e.g. MuPDF rebuilt a lost xref: ok, the claim not verified
             result = extractor(path, options, capability.limits, progress, StoreSink(store))
             if inline_parts:
                 result = join_inline(result, path, manifest)

@@ -27,7 +27,6 @@ Rules that keep every segment a valid AudioRange (documented in the README):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,14 +47,11 @@ from mediafleet.workers.audio.vad import (
     Window,
     WindowPacker,
 )
+from mediafleet.workers.audio.spec import SPEC
 from mediafleet.workers.sink import BlobSink
+from mediafleet.workers.spec import ProgressFn
 
-__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_audio"]
-
-EXTRACTOR = "mediafleet.audio.transcribe"
-EXTRACTOR_VERSION = "2"
-
-ProgressFn = Callable[[int, int | None], None]
+__all__ = ["extract_audio"]
 
 _WINDOW_S = 30  # Whisper's input length
 _PAUSE_MS = 1000  # a pause this long between words starts a new segment
@@ -289,8 +285,8 @@ def producer(options: AudioOptions, engine: Whisper) -> Producer:
     return Producer(
         engine="faster-whisper",
         engine_version=faster_whisper.__version__,
-        extractor=EXTRACTOR,
-        extractor_version=EXTRACTOR_VERSION,
+        extractor=SPEC.extractor_name,
+        extractor_version=SPEC.extractor_version,
         models=[engine.ref],
         options=used,
     )

@@ -3,7 +3,6 @@ one region per text line read by RapidOCR, all in the upright image's pixels."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from mediafleet.contract.common import Producer, TextBox
@@ -11,20 +10,18 @@ from mediafleet.contract.image import ImageOptions, ImagePage, ImageResult
 from mediafleet.contract.manifest import Limits
 from mediafleet.workers.image.decode import Frame, frames, open_image
 from mediafleet.workers.image.phash import phash
+from mediafleet.workers.image.spec import SPEC
 from mediafleet.workers.image.thumbnail import thumbnail_png
 from mediafleet.workers.ocr.engine import ENGINE, OcrEngine, get_engine
 from mediafleet.workers.ocr.lines import read_lines
 from mediafleet.workers.sink import BlobSink
+from mediafleet.workers.spec import ProgressFn
 
-__all__ = ["DETECT_MAX_SIDE", "EXTRACTOR", "EXTRACTOR_VERSION", "analyze_image"]
+__all__ = ["DETECT_MAX_SIDE", "analyze_image"]
 
-EXTRACTOR = "mediafleet.image.analyze"
-EXTRACTOR_VERSION = "2"
 # The detector sees an image scaled to at most this many pixels on its longer side (RapidOCR's
 # own default); lines are then read from the full-resolution image.
 DETECT_MAX_SIDE = 2000
-
-ProgressFn = Callable[[int, int | None], None]
 
 
 def _page(frame: Frame, options: ImageOptions, engine: OcrEngine, sink: BlobSink | None) -> ImagePage:
@@ -84,8 +81,8 @@ def analyze_image(
     producer = Producer(
         engine=ENGINE,
         engine_version=engine.version,
-        extractor=EXTRACTOR,
-        extractor_version=EXTRACTOR_VERSION,
+        extractor=SPEC.extractor_name,
+        extractor_version=SPEC.extractor_version,
         models=engine.models(with_classifier=options.rotated_lines),
         options={**options.model_dump(mode="json"), "threads": engine.threads},
     )

@@ -18,7 +18,7 @@ largest page, not the document (a 2,000-page PDF is never held whole).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -30,15 +30,12 @@ from mediafleet.contract.manifest import Limits
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
 from mediafleet.workers.pdf.classify import ocr_reason
 from mediafleet.workers.pdf.mupdf import pymupdf
+from mediafleet.workers.pdf.spec import SPEC
 from mediafleet.workers.reading_order import reading_order
 from mediafleet.workers.sink import BlobSink
+from mediafleet.workers.spec import ProgressFn
 
-__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_pdf", "open_pdf", "page_lines", "page_text"]
-
-EXTRACTOR = "mediafleet.pdf.textlayer"
-EXTRACTOR_VERSION = "3"
-
-ProgressFn = Callable[[int, int | None], None]
+__all__ = ["extract_pdf", "open_pdf", "page_lines", "page_text"]
 
 # Text only (no image blocks), whitespace as written, clipped to the media box. Without
 # TEXT_PRESERVE_LIGATURES MuPDF expands the ligatures U+FB00-U+FB06 into their letters.
@@ -200,8 +197,8 @@ def producer(options: PdfOptions, models: list[ModelRef] | None = None, ocr_thre
     return Producer(
         engine="pymupdf",
         engine_version=pymupdf.VersionBind,
-        extractor=EXTRACTOR,
-        extractor_version=EXTRACTOR_VERSION,
+        extractor=SPEC.extractor_name,
+        extractor_version=SPEC.extractor_version,
         models=models or [],
         options=used,
     )

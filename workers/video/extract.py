@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from importlib import metadata
@@ -42,19 +41,17 @@ from mediafleet.contract.video import (
 )
 from mediafleet.workers.engines import engine_config
 from mediafleet.workers.sink import BlobSink
+from mediafleet.workers.spec import ProgressFn
 from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.keyframes import Candidate, KeyframePicker, encode_image, upright
 from mediafleet.workers.video.phash import near_duplicates, phash, phash_hex
 from mediafleet.workers.video.probe import Probe, open_video
 from mediafleet.workers.video.shots import AnalysisFrames, build_detector, sharpness
 from mediafleet.workers.video.speech import track_speech
+from mediafleet.workers.video.spec import SPEC
 
-__all__ = ["EXTRACTOR", "EXTRACTOR_VERSION", "extract_keyframes"]
+__all__ = ["extract_keyframes"]
 
-EXTRACTOR = "mediafleet.video.keyframes"
-EXTRACTOR_VERSION = "2"
-
-ProgressFn = Callable[[int, "int | None"], None]
 _PROGRESS_EVERY = 64  # frames
 
 _cv2_threads: int | None = None
@@ -249,8 +246,8 @@ def producer(options: VideoOptions, spec_facts: dict[str, Any], analysis: Analys
     return Producer(
         engine="scenedetect",
         engine_version=metadata.version("scenedetect"),
-        extractor=EXTRACTOR,
-        extractor_version=EXTRACTOR_VERSION,
+        extractor=SPEC.extractor_name,
+        extractor_version=SPEC.extractor_version,
         models=[],
         options={
             **options.model_dump(mode="json"),

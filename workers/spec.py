@@ -1,0 +1,208 @@
+"""What a modality is to the fleet: one :class:`ModalitySpec`, defined beside its extractor.
+
+Each modality's folder (``workers/<modality>/spec.py``) defines a ``SPEC`` holding every part that
+is specific to it, and :mod:`mediafleet.workers.registry` lists them. Everything generic (the
+manifest checks, the runner, the Celery task, the adapters, the MCP tools, the CLI) looks the
+part up through the registry and never branches on a modality's name.
+
+Code parts are :class:`Ref` s (``"package.module:attribute"``), imported on first use: reading
+the registry imports no engine, so a PDF-only worker never imports Whisper.
+
+The facts a capability shares with the callers and the operator (action, tool, media types it
+accepts, limits, engine, **extractor version**) stay in the manifest, the only source of truth;
+a spec reads its extractor version from there (:attr:`ModalitySpec.extractor_version`), so the
+job id, the derivation ref and every locus id derive from that one value.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from mediafleet.contract.manifest import Capability, DeviceClass, Limits, Modality, default_manifest
+from mediafleet.contract.results import OPTIONS_BY_MODALITY, RESULT_BY_MODALITY
+
+if TYPE_CHECKING:
+    from mediafleet.adapters.drafts import LocusDraft
+    from mediafleet.contract.bundle import EvidenceBundle
+    from mediafleet.workers.sink import BlobSink
+
+__all__ = [
+    "CallerShape",
+    "DeviceCheck",
+    "Extractor",
+    "LociMapper",
+    "ModalitySpec",
+    "ProgressFn",
+    "ReadCheck",
+    "Ref",
+    "SpecError",
+    "no_device_check",
+    "reads_whole",
+]
+
+ProgressFn = Callable[[int, "int | None"], None]
+"""``progress(done, total)``: how far a job has come, in its spec's ``progress_unit``."""
+
+T = TypeVar("T")
+_REF = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+class SpecError(ValueError):
+    """A modality spec that is incomplete, malformed or disagrees with the contract or manifest."""
+
+
+class Extractor(Protocol):
+    """``extract(path, options, limits, progress=None, sink=None) -> result``.
+
+    Args:
+        path: a local file holding the (digest-verified) artifact.
+        options: the capability's options (its modality's options model).
+        limits: the manifest's limits for the capability.
+        progress: called with (done, total) as the work advances, in the spec's progress unit.
+        sink: a :class:`mediafleet.workers.sink.BlobSink` that stores derived bytes (thumbnails,
+            keyframes) and returns their digests.
+
+    Returns:
+        The modality's result model, its ``producer`` naming the spec's extractor and version.
+    """
+
+    def __call__(
+        self,
+        path: Path,
+        options: Any,
+        limits: Limits,
+        progress: ProgressFn | None = None,
+        sink: BlobSink | None = None,
+    ) -> BaseModel: ...
+
+
+DeviceCheck = Callable[[DeviceClass], None]
+"""Run once when a worker starts, before any fork: raises ``Unavailable`` with a clear message
+when the device class cannot really be served. Must create no model and no CUDA context."""
+
+ReadCheck = Callable[[Path], bool]
+"""Whether the (digest-verified) artifact reads whole; False only marks the claim unverified."""
+
+LociMapper = Callable[[Any, str], "list[LocusDraft]"]
+"""``loci(result, document_id)``: every locus of a result, in a stable order."""
+
+CallerShape = Callable[["EvidenceBundle", Mapping[str, str]], dict[str, Any]]
+"""``shape(bundle, inline)``: the response today's callers parse, read from the bundle's loci."""
+
+
+@dataclass(frozen=True)
+class Ref(Generic[T]):
+    """A lazily imported ``"package.module:attribute"``."""
+
+    path: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not _REF.fullmatch(self.path):
+            raise SpecError(f"{self.path!r} is not a 'package.module:attribute' reference")
+
+    @property
+    def module(self) -> str:
+        return self.path.partition(":")[0]
+
+    def load(self) -> T:
+        """The attribute, importing its module on first use."""
+        return resolve(self.path)  # type: ignore[no-any-return]
+
+
+@cache
+def resolve(path: str) -> Any:
+    """``"package.module:attribute"`` -> the attribute (imported once per process)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def no_device_check(device: DeviceClass) -> None:
+    """The device check of an extractor that needs nothing of its device beyond what the
+    manifest's device classes already say."""
+
+
+def reads_whole(path: Path) -> bool:
+    """The read check of a modality whose extractor itself refuses what does not read whole."""
+    return True
+
+
+@dataclass(frozen=True)
+class ModalitySpec:
+    """Everything specific to one modality's capability; every field is required.
+
+    Attributes:
+        modality: the modality (its contract module holds the options and result models).
+        action: the manifest capability it implements (the callers' action).
+        extractor_name: names the extractor in every result's ``producer``.
+        media_types: every type :attr:`sniff` can answer; the manifest's capability accepts a subset.
+        sniff: the media type from an artifact's first bytes, or None when it is not this modality's.
+        extractor: the pure extractor (:class:`Extractor`).
+        device_check: the worker's start-up check of a device class (:data:`DeviceCheck`);
+            :func:`no_device_check` when there is nothing to check.
+        read_check: run on the verified file before extracting (:data:`ReadCheck`);
+            :func:`reads_whole` when the extractor needs none.
+        progress_unit: what ``progress(done, total)`` counts (``pages``, ``seconds``, ``frames``).
+        loci: the adapter from a result to loci (:data:`LociMapper`).
+        caller_shape: the callers' response for an ``ok`` bundle (:data:`CallerShape`).
+        opencv: whether the extractor needs OpenCV (the CLI checks it loads before running).
+    """
+
+    modality: Modality
+    action: str
+    extractor_name: str
+    media_types: tuple[str, ...]
+    sniff: Callable[[bytes], str | None]
+    extractor: Ref[Extractor]
+    device_check: Ref[DeviceCheck]
+    read_check: Ref[ReadCheck]
+    progress_unit: str
+    loci: Ref[LociMapper]
+    caller_shape: Ref[CallerShape]
+    opencv: bool
+
+    def __post_init__(self) -> None:
+        missing = [f.name for f in fields(self) if getattr(self, f.name) in (None, "", ())]
+        if missing:
+            raise SpecError(f"the {self.action or '?'} spec lacks {', '.join(missing)}")
+        if not isinstance(self.modality, Modality):
+            raise SpecError(f"the {self.action} spec's modality is not one of the contract's")
+        for f in fields(self):
+            if str(f.type).startswith("Ref[") and not isinstance(getattr(self, f.name), Ref):
+                raise SpecError(f"the {self.action} spec's {f.name} is not a Ref")
+        if not callable(self.sniff):
+            raise SpecError(f"the {self.action} spec's sniff is not a function")
+        if not isinstance(self.opencv, bool):
+            raise SpecError(f"the {self.action} spec's opencv is not true or false")
+
+    @property
+    def options(self) -> type[BaseModel]:
+        """The modality's options model (from the contract)."""
+        return OPTIONS_BY_MODALITY[self.modality.value]
+
+    @property
+    def result(self) -> type[BaseModel]:
+        """The modality's result model (from the contract; its tag ``kind`` is the modality)."""
+        return RESULT_BY_MODALITY[self.modality.value]
+
+    @property
+    def capability(self) -> Capability:
+        """The shipped manifest's capability for :attr:`action` (an operator's file may narrow it,
+        never change its engine or extractor version)."""
+        return default_manifest().capability(self.action)
+
+    @property
+    def extractor_version(self) -> str:
+        """The extractor's version: the manifest's, the one value every id derives from."""
+        return self.capability.extractor_version
+
+    def refs(self) -> dict[str, Ref[Any]]:
+        """The spec's code parts by field name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Ref)}
