@@ -48,12 +48,13 @@ from mediafleet.contract.manifest import (
     load_manifest,
 )
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
-from mediafleet.contract.results import OPTIONS_BY_MODALITY, ExtractionResult, parse_result
+from mediafleet.contract.results import OPTIONS_BY_MODALITY, RESULT_BY_MODALITY, ExtractionResult, parse_result
 from mediafleet.contract.video import Rational, VideoKeyframe, VideoMedia, VideoOptions, VideoResult, VideoShot, VideoSpeech
 
 __all__ = [
     "BUNDLE_FORMAT",
     "OPTIONS_BY_MODALITY",
+    "RESULT_BY_MODALITY",
     "AddressKind",
     "ArtifactRef",
     "AudioOptions",

@@ -45,10 +45,17 @@ class _Strict(BaseModel):
 
 
 class Modality(StrEnum):
+    """One member per modality: its models are listed in ``contract/results.py``, everything else
+    about it in its spec (``workers/<modality>/spec.py``)."""
+
     PDF = "pdf"
     IMAGE = "image"
     AUDIO = "audio"
     VIDEO = "video"
+
+
+# Modalities named like a top-level media type (``image/*``...), for types no capability declares.
+_FAMILIES = frozenset(m.value for m in Modality) - {Modality.PDF.value}
 
 
 class DeviceClass(StrEnum):
@@ -239,9 +246,10 @@ class Manifest(_Strict):
         for capability in self.capabilities.values():
             if media_type in capability.media_types:
                 return capability.modality
+        if media_type == "application/pdf":
+            return Modality.PDF
         top = media_type.partition("/")[0]
-        fallback = {"image": Modality.IMAGE, "audio": Modality.AUDIO, "video": Modality.VIDEO}
-        return Modality.PDF if media_type == "application/pdf" else fallback.get(top)
+        return Modality(top) if top in _FAMILIES else None
 
     def max_hard_time_limit_s(self) -> float:
         return max((c.time_limits.hard_s for c in self.capabilities.values()), default=0.0)
