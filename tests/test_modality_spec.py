@@ -43,6 +43,13 @@ def test_a_code_part_must_be_a_lazy_reference(part: str) -> None:
         Ref("mediafleet.workers.pdf.textlayer.extract_pdf")  # no ":attribute"
 
 
+def test_a_part_of_the_wrong_type_is_refused() -> None:
+    for part, value in (("action", 1), ("media_types", ["application/pdf"]), ("media_types", ("pdf",)),
+                        ("sniff", "application/pdf"), ("opencv", "no"), ("modality", "pdf")):
+        with pytest.raises(SpecError):
+            dataclasses.replace(PDF, **{part: value})
+
+
 def test_the_registry_is_every_shipped_capability_once() -> None:
     assert [s.action for s in registry.SPECS] == ["ocr_pdf", "analyze_image", "transcribe_segments",
                                                   "extract_keyframes"]

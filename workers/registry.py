@@ -17,6 +17,7 @@ from typing import get_args
 
 from mediafleet.contract.errors import ErrorCode, Unavailable
 from mediafleet.contract.manifest import Manifest, Modality, default_manifest
+from mediafleet.contract.results import RESULT_BY_MODALITY
 from mediafleet.workers.audio.spec import SPEC as AUDIO
 from mediafleet.workers.image.spec import SPEC as IMAGE
 from mediafleet.workers.pdf.spec import SPEC as PDF
@@ -46,6 +47,8 @@ def register(specs: Iterable[ModalitySpec], manifest: Manifest | None = None) ->
             raise SpecError(f"{spec!r} is not a ModalitySpec")
         if any(s.action == spec.action for s in out):
             raise SpecError(f"two specs implement {spec.action}")
+        if spec.modality.value not in RESULT_BY_MODALITY:
+            raise SpecError(f"the contract lists no options and result for {spec.modality.value}")
         kind = get_args(spec.result.model_fields["kind"].annotation)
         if kind != (spec.modality.value,):
             raise SpecError(f"the contract's {spec.modality.value} result is tagged {kind}, not its modality")

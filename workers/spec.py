@@ -177,6 +177,12 @@ class ModalitySpec:
         for f in fields(self):
             if str(f.type).startswith("Ref[") and not isinstance(getattr(self, f.name), Ref):
                 raise SpecError(f"the {self.action} spec's {f.name} is not a Ref")
+        for name in ("action", "extractor_name", "progress_unit"):
+            if not isinstance(getattr(self, name), str):
+                raise SpecError(f"the {self.action} spec's {name} is not a string")
+        if not isinstance(self.media_types, tuple) or not all(
+                isinstance(t, str) and "/" in t for t in self.media_types):
+            raise SpecError(f"the {self.action} spec's media_types is not a tuple of media types")
         if not callable(self.sniff):
             raise SpecError(f"the {self.action} spec's sniff is not a function")
         if not isinstance(self.opencv, bool):
