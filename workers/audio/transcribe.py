@@ -299,12 +299,12 @@ def extract_audio(
     progress: ProgressFn | None = None,
     sink: BlobSink | None = None,
 ) -> AudioResult:
-    """Transcribe a recording (or a video's audio track) into timed segments.
+    """Transcribe a recording (or a video's audio track) into timed segments: the audio spec's
+    :class:`~mediafleet.workers.spec.Extractor`.
 
     Args:
-        path: a local, digest-verified media file.
-        options: the capability's options.
-        limits: the manifest's limits; ``max_duration_s`` is checked from the container first.
+        path: a local, digest-verified media file (a recording, or a video for its soundtrack).
+        limits: ``max_duration_s`` is checked from the container first.
         progress: called with (seconds of the recording done, its declared length in seconds or None).
         sink: unused (transcription derives no bytes).
 

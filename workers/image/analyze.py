@@ -50,12 +50,11 @@ def analyze_image(
     progress: ProgressFn | None = None,
     sink: BlobSink | None = None,
 ) -> ImageResult:
-    """Analyse an image (every page of a multi-page TIFF).
+    """Analyse an image (every page of a multi-page TIFF): the image spec's
+    :class:`~mediafleet.workers.spec.Extractor`.
 
     Args:
-        path: a local file holding the (digest-verified) image.
-        options: the capability's options.
-        limits: the manifest's limits (``max_pixels`` per page, ``max_pages`` for a TIFF).
+        limits: ``max_pixels`` per page, ``max_pages`` for a TIFF.
         progress: called with (pages done, page count) after each page.
         sink: where thumbnails go; the result carries only their digests.
 
