@@ -45,8 +45,8 @@ def decode(probs: np.ndarray, charset: list[str], *, crop_width: int, input_widt
         used_width: width the line itself took in that input (the rest is padding).
     """
     labels = probs.argmax(axis=1)
-    best = probs.max(axis=1)
     steps = len(labels)
+    best = probs[np.arange(steps), labels]  # one pass over the ~18,700 classes, not two
     to_crop = (input_width / steps) * (crop_width / max(used_width, 1))
     chars: list[str] = []
     scores: list[float] = []
