@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 from mediafleet.contract import DeviceClass, Unavailable
 from mediafleet.workers.ocr.ctc import Decoded, decode
 from mediafleet.workers.ocr.device import CUDA_PROVIDER, check_device
-from mediafleet.workers.ocr.engine import OcrEngine
+from mediafleet.workers.ocr.engine import OcrEngine, _charset
 from mediafleet.workers.ocr.lines import OcrLine, capitals, join_pieces, normalise
 from mediafleet.workers.ocr.spacing import with_spaces
 
@@ -40,6 +41,25 @@ def test_the_engine_caps_onnxruntime_threads() -> None:
     for session in (engine._det.infer.session, engine._rec.session.session):
         assert session.get_session_options().intra_op_num_threads == 1
         assert session.get_providers()[0] == "CPUExecutionProvider"
+
+
+def test_the_recogniser_brings_its_own_dictionary_and_is_pinned_by_digest() -> None:
+    # PP-OCRv6 small (rapidocr wheel): its 18,708 characters live in the model's metadata.
+    engine = OcrEngine(threads=1)
+    classes = engine._rec.session.session.get_outputs()[0].shape[-1]
+    assert len(engine._charset) == classes
+    assert (engine._charset[0], engine._charset[-1]) == ("blank", " ")
+    assert {"a", "Z", "0", "_", "\u4e2d"} <= set(engine._charset)
+    rec = [m for m in engine.models() if m.name.startswith("rapidocr ")]
+    assert [m.name.rsplit(": ", 1)[1] for m in rec] == ["PP-OCRv6_rec_small.onnx"]
+    assert rec[0].digest == "sha256:" + hashlib.sha256(engine._model_paths["rec"].read_bytes()).hexdigest()
+
+
+def test_a_recogniser_without_a_dictionary_is_refused() -> None:
+    engine = OcrEngine(threads=1)
+    with pytest.raises(Unavailable) as err:
+        _charset(engine._det.infer.session)  # a real model that carries no dictionary
+    assert "dictionary" in err.value.message
 
 
 def test_the_cpu_class_needs_no_gpu() -> None:
