@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 from urllib.parse import urlsplit
 
+from mediafleet.contract.digests import read_chunks
 from mediafleet.contract.errors import MediafleetError
 from mediafleet.contract.manifest import Capability, Manifest, OptionRule
 from mediafleet.sniff import sniff
@@ -25,7 +27,7 @@ __all__ = ["Input", "InputUnavailable", "UsageError", "check_input", "describe_r
 
 _HEAD = 4096
 _SPOOL_IN_MEMORY = 64 * 1024 * 1024
-_CHUNK = 1 << 20
+_MAX_REDIRECTS = 5
 # Types people try that no capability reads, by the name they know them by.
 _NOT_SUPPORTED = {"image/gif": "GIF"}
 _RAW_PCM_SUFFIXES = (".pcm", ".raw", ".s16le", ".s16be", ".s24le", ".s32le", ".f32le", ".f64le", ".u8", ".sln")
@@ -53,8 +55,12 @@ class Input:
             self.source.close()
 
 
-def _largest(manifest: Manifest) -> int:
-    return max((c.limits.max_bytes for c in manifest.capabilities.values()), default=0)
+def _largest(manifest: Manifest, media_type: str | None = None) -> int:
+    """The most bytes any capability accepts (of ``media_type``, when one accepts it)."""
+    limits = [c.limits.max_bytes for c in manifest.capabilities.values()]
+    if media_type is not None:
+        limits = [c.limits.max_bytes for c in manifest.capabilities.values() if media_type in c.media_types] or limits
+    return max(limits, default=0)
 
 
 def _mib(n: int) -> str:
@@ -63,17 +69,39 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def _spool(read: Any, limit: int, name: str) -> tuple[IO[bytes], bytes]:
+def _too_large(name: str, limit: int) -> InputUnavailable:
+    return InputUnavailable(f"{name}: larger than the {_mib(limit)} the manifest in force accepts")
+
+
+def _spool(chunks: Iterable[bytes], manifest: Manifest, name: str, *, declared: int | None = None,
+           deadline: float | None = None) -> tuple[IO[bytes], bytes]:
+    """Copy ``chunks`` into a temporary file (in memory up to 64 MiB), never past the manifest's limit.
+
+    The limit is the largest any capability accepts until the first 4 KiB are in; from then on, the
+    largest for the type those bytes have (a PDF stops at the PDF limit, not the video one), and a
+    ``declared`` length (a server's Content-Length) over it is refused before the rest is read.
+    """
     spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)  # noqa: SIM115 - the Input closes it
-    size, head = 0, b""
+    size, head, limit, typed = 0, b"", _largest(manifest), False
+
+    def check() -> None:
+        if size > limit or (typed and declared is not None and declared > limit):
+            raise _too_large(name, limit)
+
     try:
-        for chunk in read():
-            size += len(chunk)
-            if size > limit:
-                raise InputUnavailable(f"{name}: larger than the {_mib(limit)} the manifest in force accepts")
-            if len(head) < _HEAD:
+        for chunk in chunks:
+            if not typed:
                 head += chunk[: _HEAD - len(head)]
+                if len(head) == _HEAD:
+                    limit, typed = _largest(manifest, sniff(head)), True
+            size += len(chunk)
+            check()
+            if deadline is not None and time.monotonic() > deadline:
+                raise InputUnavailable(f"{name}: the download took longer than allowed")
             spool.write(chunk)
+        if not typed:
+            limit, typed = _largest(manifest, sniff(head)), True
+            check()
     except BaseException:
         spool.close()
         raise
@@ -85,36 +113,51 @@ def _stdin(manifest: Manifest, stdin: BinaryIO) -> Input:
     if stdin.isatty():
         raise UsageError("- reads the artifact from standard input, which is a terminal: pipe a file in "
                          "(mediafleet extract - < report.pdf)")
-
-    def read() -> Any:
-        while chunk := stdin.read(_CHUNK):
-            yield chunk
-
-    spool, head = _spool(read, _largest(manifest), "stdin")
+    spool, head = _spool(read_chunks(stdin), manifest, "stdin")
     return Input("stdin", spool, head, "")  # type: ignore[arg-type]
 
 
 def _download(url: str, manifest: Manifest, timeout: float) -> Input:
+    """GET ``url`` into a temporary file: at most the manifest's limit, within ``timeout`` seconds in
+    all, following up to 5 redirects and only to http(s) URLs.
+
+    Raises:
+        InputUnavailable: the server is unreachable or slow, answers other than 200, redirects
+            elsewhere than http(s) (``file://``, ``ftp://``...) or too often, or sends too much.
+            The message names the file and the host, never the URL's path, query or credentials.
+    """
     import httpx
 
     parts = urlsplit(url)
     host = parts.hostname or "the server"
     name = Path(parts.path).name or host
-    limit = _largest(manifest)
-
+    deadline = time.monotonic() + timeout
+    target = httpx.URL(url)
     try:
-        with httpx.Client(follow_redirects=True, max_redirects=5,
-                          timeout=httpx.Timeout(timeout, connect=min(timeout, 15.0))) as client:
-            with client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    raise InputUnavailable(f"{name}: {host} answered HTTP {response.status_code}")
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > limit:
-                    raise InputUnavailable(f"{name}: larger than the {_mib(limit)} the manifest in force accepts")
-                spool, head = _spool(lambda: response.iter_bytes(_CHUNK), limit, name)
+        limits = httpx.Timeout(timeout, connect=min(timeout, 15.0))
+        with httpx.Client(follow_redirects=False, timeout=limits) as client:
+            for _ in range(_MAX_REDIRECTS + 1):
+                with client.stream("GET", target) as response:
+                    if response.is_redirect:
+                        target = target.join(response.headers["location"])
+                        if target.scheme not in ("http", "https"):
+                            raise InputUnavailable(f"{name}: {host} redirected to a {target.scheme}:// URL; "
+                                                   "only http:// and https:// redirects are followed")
+                        continue
+                    if response.status_code != 200:
+                        raise InputUnavailable(f"{name}: {host} answered HTTP {response.status_code}")
+                    length = response.headers.get("content-length", "")
+                    declared = int(length) if length.isdigit() else None
+                    if declared is not None and declared > (limit := _largest(manifest)):
+                        raise _too_large(name, limit)
+                    spool, head = _spool(response.iter_bytes(), manifest, name, declared=declared,
+                                         deadline=deadline)
+                    break
+            else:
+                raise InputUnavailable(f"{name}: {host} redirected more than {_MAX_REDIRECTS} times")
     except httpx.TimeoutException:
         raise InputUnavailable(f"{name}: the download from {host} timed out") from None
-    except httpx.HTTPError:
+    except (httpx.HTTPError, httpx.InvalidURL):
         raise InputUnavailable(f"{name}: cannot download from {host} (no connection, or a broken response)") from None
     return Input(name, spool, head, Path(name).suffix.lower())  # type: ignore[arg-type]
 
