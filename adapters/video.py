@@ -1,5 +1,5 @@
-"""Video result -> loci: a VideoTimeRange per shot, then a FrameRange per keyframe of that shot,
-then an AudioRange per transcribed speech segment.
+"""Video result -> loci: a VideoTimeRange per shot (and per gradual transition), then a FrameRange
+per keyframe of that shot, then an AudioRange per transcribed speech segment.
 
 Frame numbers turn 1-based here (``frame_index + 1``), as the callers require; times are already
 integer milliseconds on the media timeline, except the transcript's, which are shifted by the
@@ -22,7 +22,11 @@ MEDIA_TIMELINE = "media_ms"
 def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
     """Per shot: its VideoTimeRange, then each of its keyframes as a one-frame FrameRange.
 
-    Shot nodes carry the shot number and its 1-based first/last frame numbers; keyframe nodes carry
+    Shot nodes carry the shot number and its 1-based first/last frame numbers. A gradual transition
+    (the combined detector's) is an entry of its own between the two shots it joins: a
+    VideoTimeRange from its first frame to the next shot's start, its frames as ``start_frame`` and
+    ``end_frame``, ``transition`` (dissolve, fade, wipe) and ``label`` ``transition:<kind>``, and no
+    keyframe; the shot before it ends where it starts. Keyframe nodes carry
     the shot, the frame's time, the image's blob ref (``blob:<hex>``), media type, size, pHash,
     sharpness and, for a near-duplicate, the frame number of the keyframe it repeats. Speech
     segments carry their text and confidence, the segment number and the language.
@@ -35,17 +39,21 @@ def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
         by_shot.setdefault(key.shot, []).append(position)
     drafts: list[LocusDraft] = []
     for shot in result.shots:
+        properties: dict[str, object] = {
+            "video_id": document_id,
+            "shot": shot.shot,
+            "start_frame": shot.first_frame_index + 1,
+            "end_frame": shot.last_frame_index + 1,
+            "time_unit": "ms",
+        }
+        if shot.transition is not None:
+            properties["transition"] = shot.transition
+            properties["label"] = f"transition:{shot.transition}"
         drafts.append(
             LocusDraft(
                 address=VideoTimeRange(start_ms=shot.start_ms, end_ms=shot.end_ms),
                 bounds=time_bounds,
-                properties={
-                    "video_id": document_id,
-                    "shot": shot.shot,
-                    "start_frame": shot.first_frame_index + 1,
-                    "end_frame": shot.last_frame_index + 1,
-                    "time_unit": "ms",
-                },
+                properties=properties,
             )
         )
         for position in by_shot.get(shot.shot, ()):

@@ -14,7 +14,9 @@ Units and numbering, everywhere in this module:
 
 The models check the invariants, so an inconsistent result cannot be built: shots are contiguous
 in frames and in time, cover every decoded frame, and are never empty; every keyframe lies inside
-its shot; a near-duplicate points back to an earlier keyframe.
+its shot; a near-duplicate points back to an earlier keyframe. A gradual transition found by the
+combined detector is an entry of ``shots`` itself (``kind`` "transition", with its frames and
+times): the shot before it ends where it starts, the next starts after it, and it has no keyframe.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ class VideoOptions(Strict):
     A threshold belongs to one detector: giving the other detector's threshold is refused.
     """
 
-    detector: Literal["adaptive", "content"] = Field(
-        "adaptive",
-        description="PySceneDetect's AdaptiveDetector (rolling-average ratio; fewer false cuts on camera "
-        "motion) or ContentDetector (fixed threshold on the HSV change between frames)",
+    detector: Literal["combined", "adaptive", "content"] = Field(
+        "combined",
+        description="combined: mediafleet's detector (frame-exact hard cuts, also between near-identical "
+        "pictures, and gradual transitions reported as their own entries; content, histogram, perceptual hash "
+        "and edge signals of the one decoding pass); adaptive: PySceneDetect's AdaptiveDetector (rolling-average "
+        "ratio); content: PySceneDetect's ContentDetector (fixed threshold on the HSV change between frames)",
     )
     adaptive_threshold: float | None = Field(
         None, allow_inf_nan=False, description="AdaptiveDetector's ratio threshold; None is upstream's 3.0"
@@ -66,6 +70,8 @@ class VideoOptions(Strict):
 
     @model_validator(mode="after")
     def _threshold_matches_detector(self) -> VideoOptions:
+        if self.detector == "combined" and (self.content_threshold is not None or self.adaptive_threshold is not None):
+            raise ValueError("thresholds apply to the adaptive and content detectors only")
         if self.detector == "adaptive" and self.content_threshold is not None:
             raise ValueError("content_threshold applies to the content detector only")
         if self.detector == "content" and self.adaptive_threshold is not None:
@@ -123,9 +129,19 @@ class VideoMedia(Strict):
 
 
 class VideoShot(Strict):
-    """One shot: the callers' ``shots`` entry and one VideoTimeRange locus."""
+    """One entry of the video's timeline: a shot, or a gradual transition between two shots (the
+    combined detector's); each is the callers' ``shots`` entry and one VideoTimeRange locus.
 
-    shot: Positive = Field(description="1-based shot number")
+    Entries tile the video: a shot ends where the transition after it starts, and the next shot
+    starts after the transition's last frame; a transition's frames are its own (no keyframe).
+    """
+
+    shot: Positive = Field(description="1-based entry number (transitions are numbered with the shots)")
+    kind: Literal["shot", "transition"] = Field("shot", description="a shot, or a gradual transition")
+    transition: Literal["dissolve", "fade", "wipe"] | None = Field(
+        None, description="for a transition: dissolve (a blend of the two shots), fade (to or from a near-uniform "
+        "frame, or through one) or wipe (each pixel switches from one shot to the other)"
+    )
     start_ms: Ms = Field(description="presentation time of the shot's first frame (inclusive)")
     end_ms: Ms = Field(description="presentation time of the next shot's first frame, or the video's end (exclusive)")
     first_frame_index: Index = Field(description="0-based index of the shot's first frame")
@@ -137,6 +153,8 @@ class VideoShot(Strict):
             raise ValueError("a shot's end_ms must be > its start_ms")
         if self.last_frame_index < self.first_frame_index:
             raise ValueError("a shot's last frame precedes its first")
+        if (self.kind == "transition") != (self.transition is not None):
+            raise ValueError("a transition, and only a transition, says which kind it is")
         return self
 
 
@@ -211,7 +229,9 @@ class VideoResult(Strict):
     kind: Literal["video"] = "video"
     media: VideoMedia
     shots: list[VideoShot] = Field(min_length=1)
-    keyframes: list[VideoKeyframe] = Field(min_length=1, description="at least one per shot, in frame order")
+    keyframes: list[VideoKeyframe] = Field(
+        min_length=1, description="at least one per shot (none for a transition), in frame order"
+    )
     speech: VideoSpeech
     producer: Producer
 
@@ -233,6 +253,8 @@ class VideoResult(Strict):
             if not 1 <= key.shot <= len(self.shots):
                 raise ValueError("a keyframe names a shot that does not exist")
             shot = self.shots[key.shot - 1]
+            if shot.kind != "shot":
+                raise ValueError("a transition has no keyframe")
             if not shot.first_frame_index <= key.frame_index <= shot.last_frame_index:
                 raise ValueError("a keyframe lies outside its shot")
             # <= end_ms: frames under 1 ms apart can round onto the next shot's start.
@@ -244,6 +266,6 @@ class VideoResult(Strict):
                 raise ValueError("duplicate_of must name an earlier keyframe")
             previous = key.frame_index
             covered.add(key.shot)
-        if len(covered) != len(self.shots):
+        if len(covered) != sum(shot.kind == "shot" for shot in self.shots):
             raise ValueError("every shot needs a keyframe")
         return self

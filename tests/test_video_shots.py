@@ -133,7 +133,7 @@ def test_analysis_frames_are_what_the_scene_manager_feeds_its_detectors(four_sce
 
 
 def test_build_detector_resolves_defaults_and_says_so() -> None:
-    detector, spec = build_detector(VideoOptions())
+    detector, spec = build_detector(VideoOptions(detector="adaptive"))
     assert isinstance(detector, AdaptiveDetector)
     assert spec.provenance() == {
         "detector_class": "AdaptiveDetector", "threshold": 3.0, "min_scene_len_frames": 15,
@@ -153,7 +153,7 @@ def test_decoder_threads_change_nothing(corpus: Path, corpus_results) -> None:
     before = engine_config()
     configure(replace(before, threads=2))
     try:
-        threaded = extract_keyframes(corpus / "video" / "testvideo.mp4", VideoOptions(), LIMITS)
+        threaded = extract_keyframes(corpus / "video" / "testvideo.mp4", VideoOptions(detector="adaptive"), LIMITS)
     finally:
         configure(before)
     single = corpus_results[("testvideo.mp4", "adaptive")]

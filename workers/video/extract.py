@@ -1,8 +1,10 @@
 """``extract_keyframes``: a video's shots and keyframes in one decoding pass.
 
-Each decoded frame is converted once to the small analysis frame, fed to the PySceneDetect
-detector, measured for sharpness, and held back only as long as the detector may still place a
-cut before it (its ``event_buffer_length``); then it joins its shot's keyframe picker. When a shot
+Each decoded frame is converted once to the small analysis frame, fed to the shot detector
+(mediafleet's combined detector by default, or PySceneDetect's), measured for sharpness, and held
+back only as long as the detector may still place a boundary before it (its ``settled`` mark: for
+PySceneDetect its ``event_buffer_length``; for the combined detector a few frames, or an open
+transition candidate's); then it joins its shot's keyframe picker (a transition has none). When a shot
 closes, its keyframe is converted at full size, turned upright, hashed and stored; nothing is
 decoded twice and nothing seeks.
 
@@ -26,7 +28,6 @@ from typing import Any
 
 import av
 import cv2
-from scenedetect.common import FrameTimecode
 
 from mediafleet.contract.common import Producer, sha256_digest
 from mediafleet.contract.errors import InternalError
@@ -46,7 +47,8 @@ from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.keyframes import Candidate, KeyframePicker, encode_image, upright
 from mediafleet.workers.video.phash import near_duplicates, phash, phash_hex
 from mediafleet.workers.video.probe import Probe, open_video
-from mediafleet.workers.video.shots import AnalysisFrames, build_detector, sharpness
+from mediafleet.workers.video.combined import Boundary
+from mediafleet.workers.video.shots import AnalysisFrames, build_segmenter
 from mediafleet.workers.video.speech import track_speech
 from mediafleet.workers.video.spec import SPEC
 
@@ -74,8 +76,9 @@ def _ms(seconds: Fraction) -> int:
 class _Shot:
     first: int
     first_pts: int
-    picker: KeyframePicker | None  # released when the shot closes, with the frames it holds
+    picker: KeyframePicker | None  # released when the shot closes; None for a transition (no keyframe)
     last: int = -1
+    transition: str | None = None  # the kind, for a gradual transition
 
 
 @dataclass(frozen=True)
@@ -98,29 +101,32 @@ class _Shots:
         self.analysis = analysis
         self.options = options
         self.sink = sink
-        self.cuts: deque[int] = deque()
+        self.cuts: deque[Boundary] = deque()
         self.closed: list[_Shot] = []
-        self.keys: list[_Key] = []
+        self.keys: list[_Key | None] = []  # per closed segment: its keyframe (None: a transition)
         self.current: _Shot | None = None
         self.assigned = 0  # highest frame index handed to a shot (frame 0 never starts a cut)
 
-    def cut(self, index: int) -> None:
-        if self.cuts and index == self.cuts[-1]:
+    def cut(self, boundary: Boundary) -> None:
+        """A segment (shot or transition) starts at ``boundary.first``."""
+        if self.cuts and boundary.first == self.cuts[-1].first:
             return  # upstream keeps each cut once
-        if index <= self.assigned or (self.cuts and index < self.cuts[-1]):
-            # The look-back is the detector's own event_buffer_length; this would be an upstream bug.
+        if boundary.first <= self.assigned or (self.cuts and boundary.first < self.cuts[-1].first):
+            # Frames are assigned only once the detector has settled them; this would be a detector bug.
             raise InternalError("the shot detector reported a cut out of order")
-        self.cuts.append(index)
+        self.cuts.append(boundary)
 
     def add(self, index: int, pts: int, score: float, frame: Any) -> None:
-        if self.current is None or (self.cuts and self.cuts[0] == index):
-            if self.cuts and self.cuts[0] == index:
-                self.cuts.popleft()
+        if self.current is None or (self.cuts and self.cuts[0].first == index):
+            boundary = self.cuts.popleft() if self.cuts and self.cuts[0].first == index else None
             self._close()
-            self.current = _Shot(index, pts, KeyframePicker(index))
+            if boundary is not None and boundary.kind == "transition":
+                self.current = _Shot(index, pts, None, transition=boundary.transition)
+            else:
+                self.current = _Shot(index, pts, KeyframePicker(index))
         self.current.last = self.assigned = index
-        assert self.current.picker is not None
-        self.current.picker.add(Candidate(index, pts, score, frame))
+        if self.current.picker is not None:
+            self.current.picker.add(Candidate(index, pts, score, frame))
 
     def finish(self) -> None:
         self._close()
@@ -130,10 +136,12 @@ class _Shots:
         if shot is None:
             return
         self.current = None
-        assert shot.picker is not None
+        self.closed.append(shot)
+        if shot.picker is None:
+            self.keys.append(None)  # a transition: no keyframe
+            return
         key = shot.picker.pick(shot.last)
         shot.picker = None
-        self.closed.append(shot)
         self.keys.append(self._keyframe(key))
 
     def _keyframe(self, key: Candidate) -> _Key:
@@ -195,33 +203,40 @@ def _assemble(
     """Shots and keyframes in the contract's units, never a shot of 0 ms.
 
     Merge rule (frames under 1 ms apart only): shots whose starts round to the same millisecond
-    become one shot, and a last shot that starts at the video's rounded end joins the one before.
-    Every keyframe is kept, under the shot it was merged into.
+    become one shot, and a last shot that starts at the video's rounded end joins the one before
+    (a transition merged with a shot becomes part of the shot). Every keyframe is kept, under the
+    shot it was merged into.
     """
-    spans: list[list[int]] = []  # [first_index, last_index, start_ms]
-    span_of_shot: list[int] = []  # closed shot position -> span position
+    spans: list[list[Any]] = []  # [first_index, last_index, start_ms, transition kind or None]
+    span_of_shot: list[int] = []  # closed segment position -> span position
     for shot in shots.closed:
         start_ms = _ms(reader.time_s(shot.first_pts))
         if spans and spans[-1][2] == start_ms:
             spans[-1][1] = shot.last
+            spans[-1][3] = spans[-1][3] if shot.transition is not None else None  # a shot absorbs a transition
         else:
-            spans.append([shot.first, shot.last, start_ms])
+            spans.append([shot.first, shot.last, start_ms, shot.transition])
         span_of_shot.append(len(spans) - 1)
     if len(spans) > 1 and spans[-1][2] >= media.duration_ms:
         spans[-2][1] = spans[-1][1]
+        if spans[-1][3] is None:
+            spans[-2][3] = None
         spans.pop()
         span_of_shot = [min(p, len(spans) - 1) for p in span_of_shot]
     out_shots = [
         VideoShot(
             shot=number,
+            kind="shot" if transition is None else "transition",
+            transition=transition,
             start_ms=start_ms,
             end_ms=spans[number][2] if number < len(spans) else media.duration_ms,
             first_frame_index=first,
             last_frame_index=last,
         )
-        for number, (first, last, start_ms) in enumerate(spans, start=1)
+        for number, (first, last, start_ms, transition) in enumerate(spans, start=1)
     ]
-    duplicates = near_duplicates([k.phash for k in shots.keys], distance)
+    keyed = [(position, k) for position, k in enumerate(shots.keys) if k is not None]
+    duplicates = near_duplicates([k.phash for _, k in keyed], distance)
     keyframes = [
         VideoKeyframe(
             shot=span_of_shot[position] + 1,
@@ -236,7 +251,7 @@ def _assemble(
             duplicate_of=dup[0] if dup else None,
             phash_distance=dup[1] if dup else None,
         )
-        for position, (k, dup) in enumerate(zip(shots.keys, duplicates, strict=True))
+        for (position, k), dup in zip(keyed, duplicates, strict=True)
     ]
     return out_shots, keyframes
 
@@ -293,30 +308,28 @@ def extract_keyframes(
     _use_threads(threads)
     with open_video(path, limits) as probe, FrameReader(probe, threads, limits) as reader:
         analysis = AnalysisFrames(probe.width, probe.height)
-        detector, spec = build_detector(options)
-        lookback = detector.event_buffer_length
         rate = probe.average_rate or probe.base_rate or Fraction(25)
+        detector, spec = build_segmenter(options, probe.width, probe.height, rate)
         shots = _Shots(reader, analysis, options, sink)
         pending: deque[tuple[int, int, float, Any]] = deque()
         total = probe.declared_frames
-        timecode = None
 
-        def prepare(frame: Any) -> tuple[Any, float]:  # runs in the reader's preparing thread
+        def prepare(frame: Any) -> tuple[Any, float, Any]:  # runs in the reader's preparing thread
             small = analysis.small(frame)
-            return small, sharpness(small)
+            return small, *detector.prepare(small)
 
-        for index, pts, frame, (small, sharp) in reader.frames(prepare=prepare):
-            timecode = FrameTimecode(index, fps=rate)
-            for cut in detector.process_frame(timecode, small):
-                shots.cut(cut.frame_num)
+        for index, pts, frame, (small, sharp, signals) in reader.frames(prepare=prepare):
+            detector.push(index, small, signals)
+            for boundary in detector.take():
+                shots.cut(boundary)
             pending.append((index, pts, sharp, frame))
-            while pending[0][0] <= index - lookback:
+            while pending and pending[0][0] < detector.settled:
                 shots.add(*pending.popleft())
             if progress is not None and index % _PROGRESS_EVERY == 0:
                 progress(index, total)
-        assert timecode is not None  # the reader refuses a stream with no frames
-        for cut in detector.post_process(timecode):
-            shots.cut(cut.frame_num)
+        detector.finish()
+        for boundary in detector.take():
+            shots.cut(boundary)
         while pending:
             shots.add(*pending.popleft())
         shots.finish()

@@ -1,4 +1,9 @@
-"""Shot boundaries with PySceneDetect's detectors, fed the frames PySceneDetect itself would see.
+"""Shot detectors as the extractor drives them (:class:`Segmenter`), and PySceneDetect's detectors fed
+the frames PySceneDetect itself would see.
+
+The default detector is mediafleet's own (:mod:`mediafleet.workers.video.combined`: cuts and gradual
+transitions from the analysis frame's signals); ``adaptive`` and ``content`` are PySceneDetect's,
+kept exactly as upstream places their cuts.
 
 The analysis frame is exactly the one PySceneDetect's ``SceneManager`` makes: the decoded frame
 converted to BGR at full size (FFmpeg's swscale), then ``cv2.resize`` with linear interpolation to
@@ -23,7 +28,8 @@ and the float operations that follow are the same, so scores, and therefore cuts
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from fractions import Fraction
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
@@ -34,8 +40,10 @@ from scenedetect.common import FrameTimecode
 from scenedetect.scene_manager import compute_downscale_factor
 
 from mediafleet.contract.video import VideoOptions
+from mediafleet.workers.video import combined
+from mediafleet.workers.video.combined import Boundary, CombinedDetector, frame_signals, max_transition_frames
 
-__all__ = ["AnalysisFrames", "DetectorSpec", "build_detector", "resize_rows", "sharpness"]
+__all__ = ["AnalysisFrames", "DetectorSpec", "Segmenter", "build_detector", "build_segmenter", "resize_rows", "sharpness"]
 
 DEFAULT_ADAPTIVE_THRESHOLD = 3.0
 DEFAULT_CONTENT_THRESHOLD = 27.0
@@ -138,9 +146,11 @@ def _plane(plane: Any) -> np.ndarray:
     return np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)
 
 
-def sharpness(small_bgr: np.ndarray) -> float:
-    """Variance of the Laplacian of the grey analysis frame: higher is sharper."""
-    grey = cv2.cvtColor(small_bgr, cv2.COLOR_BGR2GRAY)
+def sharpness(small_bgr: np.ndarray, grey: np.ndarray | None = None) -> float:
+    """Variance of the Laplacian of the grey analysis frame: higher is sharper (``grey``: that frame
+    in grey, when the caller has it already)."""
+    if grey is None:
+        grey = cv2.cvtColor(small_bgr, cv2.COLOR_BGR2GRAY)
     _, std = cv2.meanStdDev(cv2.Laplacian(grey, cv2.CV_16S))
     return float(std[0, 0]) ** 2
 
@@ -189,7 +199,7 @@ class DetectorSpec:
     name: str
     threshold: float
     min_scene_len: int
-    extra: tuple[tuple[str, float], ...] = ()
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def provenance(self) -> dict[str, Any]:
         return {"detector_class": self.name, "threshold": self.threshold, "min_scene_len_frames": self.min_scene_len,
@@ -197,7 +207,9 @@ class DetectorSpec:
 
 
 def build_detector(options: VideoOptions) -> tuple[Any, DetectorSpec]:
-    """A fresh PySceneDetect detector for one video, and what it is."""
+    """A fresh PySceneDetect detector for one video, and what it is (``detector`` adaptive or content)."""
+    if options.detector == "combined":
+        raise ValueError("the combined detector is not PySceneDetect's: use build_segmenter")
     if options.detector == "adaptive":
         threshold = options.adaptive_threshold if options.adaptive_threshold is not None else DEFAULT_ADAPTIVE_THRESHOLD
         detector: Any = _Adaptive(adaptive_threshold=threshold, min_scene_len=MIN_SCENE_LEN)
@@ -206,3 +218,81 @@ def build_detector(options: VideoOptions) -> tuple[Any, DetectorSpec]:
     threshold = options.content_threshold if options.content_threshold is not None else DEFAULT_CONTENT_THRESHOLD
     detector = _Content(threshold=threshold, min_scene_len=MIN_SCENE_LEN)
     return detector, DetectorSpec("ContentDetector", threshold, MIN_SCENE_LEN)
+
+
+class Segmenter(Protocol):
+    """A shot detector as the extractor drives it: per frame, ``prepare`` (any thread) then ``push``
+    (in order); ``take`` hands over the segment starts decided so far; frames before ``settled``
+    have their segment decided."""
+
+    settled: int
+
+    def prepare(self, small: np.ndarray) -> tuple[float, Any]: ...
+    def push(self, index: int, small: np.ndarray, prepared: Any) -> None: ...
+    def finish(self) -> None: ...
+    def take(self) -> list[Boundary]: ...
+
+
+class _SceneDetectSegmenter:
+    """PySceneDetect's detector: a cut starts a shot; a frame is settled once the detector can no
+    longer place a cut before it (its ``event_buffer_length``)."""
+
+    def __init__(self, detector: Any, rate: Fraction) -> None:
+        self.detector = detector
+        self.rate = rate
+        self.lookback = detector.event_buffer_length
+        self.settled = 0
+        self._timecode: FrameTimecode | None = None
+        self._out: list[Boundary] = []
+
+    def prepare(self, small: np.ndarray) -> tuple[float, Any]:
+        return sharpness(small), None
+
+    def push(self, index: int, small: np.ndarray, prepared: Any) -> None:
+        self._timecode = FrameTimecode(index, fps=self.rate)
+        self._out.extend(Boundary(cut.frame_num, "shot") for cut in self.detector.process_frame(self._timecode, small))
+        self.settled = index - self.lookback + 1
+
+    def finish(self) -> None:
+        assert self._timecode is not None  # the reader refuses a stream with no frames
+        self._out.extend(Boundary(cut.frame_num, "shot") for cut in self.detector.post_process(self._timecode))
+        self.settled = self._timecode.frame_num + 1
+
+    def take(self) -> list[Boundary]:
+        out, self._out = self._out, []
+        return out
+
+
+class _CombinedSegmenter:
+    def __init__(self, detector: CombinedDetector) -> None:
+        self.detector = detector
+
+    @property
+    def settled(self) -> int:
+        return self.detector.settled
+
+    def prepare(self, small: np.ndarray) -> tuple[float, Any]:
+        grey = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
+        return sharpness(small, grey), frame_signals(small, grey)
+
+    def push(self, index: int, small: np.ndarray, prepared: Any) -> None:
+        self.detector.push(index, prepared)
+
+    def finish(self) -> None:
+        self.detector.finish()
+
+    def take(self) -> list[Boundary]:
+        return self.detector.take()
+
+
+def build_segmenter(options: VideoOptions, width: int, height: int, rate: Fraction) -> tuple[Segmenter, DetectorSpec]:
+    """The shot detector the options name, ready for one video of this frame size and rate."""
+    if options.detector == "combined":
+        longest = max_transition_frames(width, height)
+        spec = DetectorSpec("mediafleet.CombinedDetector", combined.CUT_RATIO, 1, (
+            ("lookahead_frames", combined.LOOKAHEAD), ("max_transition_frames", longest),
+            ("signals", "content, pixels, histogram, perceptual hash, edges, contrast"),
+        ))
+        return _CombinedSegmenter(CombinedDetector(longest)), spec
+    detector, spec = build_detector(options)
+    return _SceneDetectSegmenter(detector, rate), spec

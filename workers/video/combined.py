@@ -1,0 +1,428 @@
+"""mediafleet's own shot detector: hard cuts and gradual transitions from signals of one decoding pass.
+
+Every signal comes from the analysis frame the pass already makes for sharpness and keyframes (the
+small BGR frame of :class:`~mediafleet.workers.video.shots.AnalysisFrames`), once per frame:
+
+* **content**: the mean absolute colour change between consecutive frames on a 64-pixel thumbnail
+  (``mad``), and the share of analysis-frame pixels whose grey level moved by more than
+  :data:`PIXEL_DELTA` (``pix``: a few lines added to a slide move 1-3 % of the pixels and nothing
+  else does between two stills);
+* **histogram**: the total-variation distance between consecutive 8x8x8 colour histograms of the
+  thumbnail (blind to motion: a pan keeps its histogram, a cut does not);
+* **edges and contrast**: the grey standard deviation of the thumbnail, whose linear ramp to or from
+  a near-uniform frame is what a fade is (the sharpness measure, the variance of the Laplacian,
+  falls with it);
+* **perceptual hash**: only where a fade through black must be told apart from a fade inside a shot
+  (the same picture on both sides: a 64-bit DCT hash of the thumbnail's grey, few bits apart).
+
+Decisions, each made :data:`LOOKAHEAD` frames late so that what follows a frame is known:
+
+* a **cut** at frame ``t`` is a step: ``mad`` at ``t`` at least :data:`CUT_RATIO` times its
+  neighbours' (two frames each side; or the histogram or pixel step with a weaker content step),
+  and persistent: ``t`` unlike every one of the :data:`LOOKAHEAD` frames before ``t - 1``, and
+  ``t - 1`` unlike every one after ``t``, so a flash of up to that many frames (which returns to
+  the picture it left) or the first and last frames of one is never a cut;
+* a **gradual transition** opens where ``mad`` rises well above the level of the frames since the
+  last boundary and closes where it falls back (or, once the picture went near-uniform, where the
+  grey contrast stops rising). It is kept when the frames before and after it differ (as a cut's
+  would), the path between them is nearly straight (a dissolve or a wipe moves each pixel once,
+  motion moves it back and forth) and its frames are a blend of the two (dissolve, fade) or a
+  pixel-wise choice between them (wipe). A fade to a near-uniform frame and back to the same
+  picture is inside a shot and reports nothing, the cuts found in it included.
+
+A transition reports its own frames: the shot before it ends where it starts and the next starts
+after its last frame (:class:`Boundary`). A candidate longer than the detector's ``max_transition``
+frames is motion, not a transition, and is dropped: the extractor must hold the frames of an open
+candidate (their shot is not known yet), so that length is bounded by memory at large frame sizes
+(:func:`max_transition_frames`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from array import array
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+import cv2
+import numpy as np
+
+__all__ = [
+    "LOOKAHEAD",
+    "Boundary",
+    "CombinedDetector",
+    "FrameSignals",
+    "frame_signals",
+    "max_transition_frames",
+]
+
+TransitionKind = Literal["dissolve", "fade", "wipe"]
+
+LOOKAHEAD = 6  # frames a decision waits for; also the longest flash that is never a cut
+THUMB = 64  # the thumbnail's longer side, about (the analysis frame halved until it is under 112 pixels)
+PIXEL_DELTA = 24  # grey levels a pixel must move to count in ``pix``
+# Cuts: the content step against the largest of the two frames either side (+ a noise floor).
+CUT_RATIO = 2.5
+CUT_FLOOR = 0.5
+CUT_MIN_MAD = 1.0
+CUT_WEAK_RATIO = 1.5  # the content step that must come with a histogram or pixel step
+HIST_MIN, HIST_RATIO, HIST_FLOOR = 0.15, 3.0, 0.02
+PIX_MIN, PIX_RATIO, PIX_FLOOR = 0.003, 4.0, 0.001
+PERSIST = 0.5  # the change must stay at least this share of the step for LOOKAHEAD frames
+# A small content step (near-identical pictures, like two slides) is a cut only where at least two
+# of the structure signals also see it: pHash bits, grey-histogram distance, edge change ratio.
+STRONG_MAD = 8.0
+WEAK_MAD = 4.0  # under it, a step that moves no pixel by PIXEL_DELTA is a codec's refresh, not a cut
+WEAK_VOTES = 2
+HASH_BITS, GREY_HIST, EDGE_CHANGE = 5, 0.012, 0.075
+# Gradual transitions.
+BASELINE_FRAMES = 10
+ENTER_ABS, ENTER_K, ENTER_C = 1.5, 2.0, 1.0
+STAY_ABS, STAY_SHARE = 1.0, 0.6
+MONO_ABS, MONO_SHARE = 3.0, 0.12  # near-uniform: grey std under this, or this share of the picture's
+MONO_HOLD = 12  # a near-uniform stretch this long ends a fade-out (the uniform frames are a shot)
+PLATEAU = 0.97  # a fade-in is over when the contrast reaches this share of the next frames'
+MIN_TRANSITION = 3
+MIN_CHANGE = 5.0  # mad between the frames before and after a transition
+STRAIGHT_MIN = 0.4
+RESIDUAL_MAX = 0.35
+FADE_SHARE = 0.25  # a side with under this share of the other's contrast makes a dissolve a fade
+SAME_SHOT = 0.3  # a fade's two sides within this share of their change to the uniform frame
+SAME_HASH_BITS = 6
+MAX_TRANSITION = 60
+_HOLD_BYTES = 160 << 20
+
+
+def max_transition_frames(width: int, height: int) -> int:
+    """The longest transition the detector waits for: :data:`MAX_TRANSITION` frames, fewer where
+    holding that many decoded frames would pass ~160 MB (1080p: 53; 4K UHD: 13)."""
+    frame_bytes = max(1, width * height * 3 // 2)
+    return max(12, min(MAX_TRANSITION, _HOLD_BYTES // frame_bytes))
+
+
+@dataclass(frozen=True)
+class FrameSignals:
+    """What one analysis frame contributes, computed without any other frame (any thread)."""
+
+    grey: np.ndarray  # the analysis frame in grey (uint8)
+    thumb: np.ndarray  # the ~64-pixel colour thumbnail (float32)
+    hist: np.ndarray  # its normalised 8x8x8 colour histogram
+    std: float  # the thumbnail's grey standard deviation
+
+
+def frame_signals(small_bgr: np.ndarray, grey: np.ndarray) -> FrameSignals:
+    """The per-frame signals of an analysis frame and its grey version."""
+    thumb = small_bgr
+    while max(thumb.shape[:2]) >= 2 * THUMB - 16 and min(thumb.shape[:2]) >= 4:
+        # Halving by pixel-pair means is OpenCV's fast area path (other ratios cost 5-15x as much).
+        height, width = thumb.shape[0] & ~1, thumb.shape[1] & ~1
+        thumb = cv2.resize(thumb[:height, :width], (width // 2, height // 2), interpolation=cv2.INTER_AREA)
+    hist = cv2.calcHist([thumb], [0, 1, 2], None, [8, 8, 8], [0, 256, 0, 256, 0, 256]).ravel()
+    hist /= max(1.0, float(hist.sum()))
+    thumb_grey = cv2.cvtColor(thumb, cv2.COLOR_BGR2GRAY)
+    std = float(cv2.meanStdDev(thumb_grey)[1][0, 0])
+    return FrameSignals(grey, thumb.astype(np.float32), hist, std)
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where a segment starts: a shot (after a cut or a transition) or a gradual transition."""
+
+    first: int  # 0-based index of the segment's first frame
+    kind: Literal["shot", "transition"]
+    transition: TransitionKind | None = None
+
+
+@dataclass
+class _Candidate:
+    start: int
+    baseline: float
+    std_before: float
+    mono_first: int | None = None
+    mono_last: int | None = None
+
+
+def _mad(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean absolute difference of two thumbnails (0-255); frames of another size are all change."""
+    if a.shape != b.shape:
+        return 255.0
+    return float(cv2.norm(a, b, cv2.NORM_L1)) / a.size
+
+
+def _phash(grey: np.ndarray) -> int:
+    """A 64-bit DCT hash (the pHash recipe: 32x32, the 8x8 low frequencies against their median)."""
+    low = cv2.dct(cv2.resize(grey, (32, 32), interpolation=cv2.INTER_AREA).astype(np.float32))[:8, :8].ravel()
+    bits = np.packbits(low > np.median(low))
+    return int.from_bytes(bits.tobytes(), "big")
+
+
+_EDGE_KERNEL = np.ones((3, 3), np.uint8)
+
+
+def _edge_change(a: np.ndarray, b: np.ndarray) -> float:
+    """The edge change ratio: the larger share of edge pixels that appear or vanish (one pixel of slack)."""
+    edges_a, edges_b = cv2.Canny(a, 100, 200), cv2.Canny(b, 100, 200)
+    near_a, near_b = cv2.dilate(edges_a, _EDGE_KERNEL), cv2.dilate(edges_b, _EDGE_KERNEL)
+    entering = cv2.countNonZero(cv2.bitwise_and(edges_b, cv2.bitwise_not(near_a))) / max(1, cv2.countNonZero(edges_b))
+    leaving = cv2.countNonZero(cv2.bitwise_and(edges_a, cv2.bitwise_not(near_b))) / max(1, cv2.countNonZero(edges_a))
+    return max(entering, leaving)
+
+
+class CombinedDetector:
+    """Feed every frame's :class:`FrameSignals` in order with :meth:`push`, then :meth:`finish`.
+
+    :meth:`take` hands over the boundaries decided so far, in order; every frame before
+    :attr:`settled` has its segment decided (the extractor assigns frames up to there).
+    """
+
+    def __init__(self, max_transition: int = MAX_TRANSITION) -> None:
+        self.max_transition = max_transition
+        self.settled = 0
+        # Per frame, 8 bytes each (a 3-hour video at 30 fps: 10 MB for the four).
+        self._mad = array("d")
+        self._pix = array("d")
+        self._hist = array("d")
+        self._std = array("d")
+        self._thumbs: dict[int, np.ndarray] = {}
+        self._greys: dict[int, np.ndarray] = {}
+        self._last_grey: np.ndarray | None = None
+        self._last_hist: np.ndarray | None = None
+        self._out: deque[Boundary] = deque()
+        self._stepped = 0  # frames whose decision has been made
+        self._last_cut = 0  # where the current segment's level starts (frame 0 opens the first)
+        self._candidate: _Candidate | None = None
+        self._count = 0
+
+    # --- feeding ----------------------------------------------------------------------------
+
+    def push(self, index: int, signals: FrameSignals) -> None:
+        if index != self._count:
+            raise ValueError("frames must be pushed in order, each once")
+        self._count += 1
+        grey = signals.grey
+        if self._last_grey is None or self._last_grey.shape != grey.shape:
+            self._mad.append(0.0)
+            self._pix.append(0.0)
+            self._hist.append(0.0)
+        else:
+            previous = self._thumbs[index - 1]
+            self._mad.append(_mad(signals.thumb, previous))
+            moved = cv2.absdiff(grey, self._last_grey)
+            self._pix.append(cv2.countNonZero(cv2.threshold(moved, PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1])
+                             / moved.size)
+            assert self._last_hist is not None
+            self._hist.append(0.5 * float(np.abs(signals.hist - self._last_hist).sum()))
+        self._std.append(signals.std)
+        self._thumbs[index] = signals.thumb
+        self._greys[index] = grey
+        self._last_grey, self._last_hist = grey, signals.hist
+        while self._stepped <= index - LOOKAHEAD:
+            self._step(self._stepped)
+
+    def finish(self) -> None:
+        """Decide the last frames (with what follows them, however little) and any open candidate."""
+        while self._stepped < self._count:
+            self._step(self._stepped)
+        candidate = self._candidate
+        if candidate is not None:
+            self._candidate = None
+            if candidate.mono_first is not None and candidate.mono_first - candidate.start >= MIN_TRANSITION:
+                # A fade-out that the video ends in: the uniform frames after it are a shot.
+                self._emit_transition(candidate, candidate.mono_first - 1, "fade")
+                self._cut(candidate.mono_first)
+            else:
+                self._release(candidate)
+        self.settled = self._count
+
+    def take(self) -> list[Boundary]:
+        out = list(self._out)
+        self._out.clear()
+        return out
+
+    # --- cuts -------------------------------------------------------------------------------
+
+    def _is_cut(self, t: int) -> bool:
+        if t == 0:
+            return False
+        mad = self._mad[t]
+        if mad < CUT_MIN_MAD and self._pix[t] < PIX_MIN:
+            return False
+        near = [k for k in (t - 2, t - 1, t + 1, t + 2) if 1 <= k < self._count]
+
+        def ratio(values: array[float], floor: float) -> float:
+            return values[t] / (max((values[k] for k in near), default=0.0) + floor)
+
+        content = ratio(self._mad, CUT_FLOOR)
+        if content < CUT_RATIO and t + 1 < self._count and self._mad[t + 1] >= mad / CUT_RATIO:
+            # Two big steps in a row (the new shot's first frame unlike its second): the frames either
+            # side of the pair set the level, and the cut is the first step.
+            outer = [k for k in (t - 2, t - 1, t + 2, t + 3) if 1 <= k < self._count]
+            content = mad / (max((self._mad[k] for k in outer), default=0.0) + CUT_FLOOR)
+        step = mad >= CUT_MIN_MAD and content >= CUT_RATIO
+        if not step and content >= CUT_WEAK_RATIO:
+            step = (self._hist[t] >= HIST_MIN and ratio(self._hist, HIST_FLOOR) >= HIST_RATIO) or (
+                self._pix[t] >= PIX_MIN and ratio(self._pix, PIX_FLOOR) >= PIX_RATIO)
+        if not step:
+            return False
+        # Persistent: the picture after the step never returns to the one before it, nor does the
+        # one before it resemble what follows (the end of a flash).
+        need = PERSIST * mad
+        before, after = self._thumbs[t - 1], self._thumbs[t]
+        for j in range(1, LOOKAHEAD + 1):
+            if t + j < self._count and _mad(before, self._thumbs[t + j]) < need:
+                return False
+            if t - 1 - j >= 0 and (t - 1 - j) in self._thumbs and _mad(self._thumbs[t - 1 - j], after) < need:
+                return False
+        if mad >= STRONG_MAD:
+            return True
+        # A small step must move some pixels far (a codec's refresh shifts every pixel a little) and
+        # show in the picture's structure.
+        return (self._pix[t] >= PIX_MIN or mad >= WEAK_MAD) and self._structure_votes(t) >= WEAK_VOTES
+
+    def _structure_votes(self, t: int) -> int:
+        """How many of pHash, grey histogram and edges see a change between frames ``t - 1`` and ``t``."""
+        a, b = self._greys[t - 1], self._greys[t]
+        if a.shape != b.shape:
+            return WEAK_VOTES
+        bits = (_phash(a) ^ _phash(b)).bit_count()
+        ha, hb = (cv2.calcHist([g], [0], None, [32], [0, 256]).ravel() / g.size for g in (a, b))
+        return (bits >= HASH_BITS) + (0.5 * float(np.abs(ha - hb).sum()) >= GREY_HIST) + (
+            _edge_change(a, b) >= EDGE_CHANGE)
+
+    # --- the one decision per frame ---------------------------------------------------------
+
+    def _step(self, t: int) -> None:
+        self._stepped = t + 1
+        cut = self._is_cut(t)
+        candidate = self._candidate
+        if candidate is None:
+            if cut:
+                self._cut(t)
+            else:
+                baseline = self._baseline(t)
+                if baseline is not None and self._mad[t] > max(ENTER_ABS, ENTER_K * baseline + ENTER_C):
+                    self._candidate = _Candidate(t, baseline, self._std[t - 1])
+        else:
+            self._advance(candidate, t, cut)
+        candidate = self._candidate
+        self.settled = candidate.start if candidate is not None else t + 1
+        self._forget()
+
+    def _cut(self, t: int) -> None:
+        self._out.append(Boundary(t, "shot"))
+        self._last_cut = t
+
+    def _baseline(self, t: int) -> float | None:
+        first = max(self._last_cut + 1, t - BASELINE_FRAMES)
+        if t - first < 3:
+            return None
+        return statistics.median(self._mad[first:t])
+
+    def _advance(self, candidate: _Candidate, t: int, cut: bool) -> None:
+        if cut:
+            self._candidate = None
+            if candidate.mono_first is not None and candidate.mono_first - candidate.start >= MIN_TRANSITION:
+                self._emit_transition(candidate, candidate.mono_first - 1, "fade")  # faded out, then a cut
+                self._cut(t)
+            else:
+                self._release(candidate)
+                self._cut(t)
+            return
+        mono = self._std[t] < max(MONO_ABS, MONO_SHARE * candidate.std_before)
+        if mono:
+            if candidate.mono_first is None:
+                candidate.mono_first = t
+            candidate.mono_last = t
+            if t - candidate.mono_first + 1 >= MONO_HOLD:  # faded out and stays uniform
+                self._candidate = None
+                if candidate.mono_first - candidate.start >= MIN_TRANSITION:
+                    self._emit_transition(candidate, candidate.mono_first - 1, "fade")
+                    self._cut(candidate.mono_first)
+                else:
+                    self._release(candidate)
+                return
+        elif candidate.mono_first is not None or candidate.std_before < MONO_ABS:
+            # Fading in: over where the contrast stops rising.
+            ahead = self._std[t + 1 : t + 1 + 5]
+            if not ahead or self._std[t] >= PLATEAU * statistics.median(ahead):
+                self._candidate = None
+                self._close(candidate, t - 1)
+                return
+        else:
+            level = statistics.median(self._mad[candidate.start : t]) if t > candidate.start else self._mad[t]
+            stay = max(STAY_ABS, STAY_SHARE * level)
+            if self._mad[t] < stay and (t + 1 >= self._count or self._mad[t + 1] < stay):
+                self._candidate = None
+                self._close(candidate, t - 1)
+                return
+        if t - candidate.start + 1 > self.max_transition:
+            self._candidate = None
+            self._release(candidate)
+
+    # --- closing a candidate ----------------------------------------------------------------
+
+    def _close(self, candidate: _Candidate, last: int) -> None:
+        kind = self._verify(candidate, last)
+        if kind == "inside":  # a fade to uniform and back inside one shot: nothing happened
+            self._last_cut = last + 1
+        elif kind is None:
+            self._release(candidate)
+        else:
+            self._emit_transition(candidate, last, kind)
+            self._out.append(Boundary(last + 1, "shot"))
+            self._last_cut = last + 1
+
+    def _verify(self, candidate: _Candidate, last: int) -> TransitionKind | Literal["inside"] | None:
+        first = candidate.start
+        if last - first + 1 < MIN_TRANSITION or first < 1 or last + 1 >= self._count:
+            return None
+        a, b = self._thumbs[first - 1], self._thumbs[last + 1]
+        if any(self._thumbs[k].shape != a.shape for k in range(first - 1, last + 2)):
+            return None  # the frame size changed: not a transition
+        change = _mad(a, b)
+        if candidate.mono_first is not None:
+            mono = self._thumbs[candidate.mono_first]
+            depth = max(_mad(a, mono), _mad(b, mono))
+            grey_a, grey_b = (cv2.cvtColor(x.astype(np.uint8), cv2.COLOR_BGR2GRAY) for x in (a, b))
+            if change < SAME_SHOT * depth or (_phash(grey_a) ^ _phash(grey_b)).bit_count() <= SAME_HASH_BITS:
+                return "inside"
+            return "fade"
+        if change < max(MIN_CHANGE, 2.5 * (candidate.baseline + CUT_FLOOR)):
+            return None
+        path = sum(self._mad[first : last + 2])
+        if change < STRAIGHT_MIN * path:
+            return None
+        n = last - first + 1
+        picks = sorted({first + round(q * (n - 1)) for q in (0.25, 0.5, 0.75)})
+        dissolve = wipe = 0.0
+        span = b - a
+        norm = float(np.vdot(span, span)) or 1.0
+        for k in picks:
+            frame = self._thumbs[k]
+            alpha = min(1.0, max(0.0, float(np.vdot(frame - a, span)) / norm))
+            dissolve += _mad(frame, a + alpha * span)
+            wipe += float(np.minimum(np.abs(frame - a).sum(axis=2), np.abs(frame - b).sum(axis=2)).mean()) / 3
+        dissolve, wipe = dissolve / len(picks), wipe / len(picks)
+        if min(dissolve, wipe) > RESIDUAL_MAX * change:
+            return None
+        low, high = sorted((self._std[first - 1], self._std[last + 1]))
+        if low < max(MONO_ABS, FADE_SHARE * high):  # one side (near-)uniform: a fade in or out
+            return "fade"
+        return "wipe" if wipe < dissolve else "dissolve"
+
+    def _emit_transition(self, candidate: _Candidate, last: int, kind: TransitionKind) -> None:
+        self._out.append(Boundary(candidate.start, "transition", kind))
+        self._last_cut = last + 1
+
+    def _release(self, candidate: _Candidate) -> None:
+        """Not a transition: its frames stay in the current shot (the machine goes on after them)."""
+
+    def _forget(self) -> None:
+        keep = self._stepped - LOOKAHEAD - 2
+        if self._candidate is not None:
+            keep = min(keep, self._candidate.start - 1)
+        for index in [i for i in self._thumbs if i < keep]:
+            del self._thumbs[index]
+        for index in [i for i in self._greys if i < self._stepped - 2]:
+            del self._greys[index]
