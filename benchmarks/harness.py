@@ -7,7 +7,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tests.servers import RedisServer, ServerFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -32,12 +33,6 @@ def median_seconds(fn: Callable[[], Any], repeat: int = 3) -> float:
     return statistics.median(times)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def fleet(
     workers: int = 1, concurrency: int = 1, specs: list[tuple[list[str], dict[str, str]]] | None = None
@@ -47,18 +42,17 @@ def fleet(
     ``workers`` identical workers with ``--concurrency``, or one worker per ``specs`` entry
     (extra ``mediafleet worker`` arguments, extra environment).
     """
-    exe = shutil.which("redis-server")
-    if exe is None:
-        sys.exit("redis-server is not installed (bash tests/run.sh installs it)")
     specs = specs or [([f"--concurrency={concurrency}"], {}) for _ in range(workers)]
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-"))
-    port = _free_port()
-    redis = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                              "--dir", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {"MEDIAFLEET_BROKER_URL": f"redis://127.0.0.1:{port}/0", "MEDIAFLEET_BLOB_ROOT": str(tmp / "blobs")}
+    redis = RedisServer(tmp)
+    try:
+        redis.start()
+    except ServerFailed as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.exit(f"{exc} (bash tests/run.sh installs it)")
+    env = {"MEDIAFLEET_BROKER_URL": redis.url, "MEDIAFLEET_BLOB_ROOT": str(tmp / "blobs")}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        time.sleep(0.3)
         for i, (args, extra) in enumerate(specs):
             log = open(tmp / f"worker{i}.log", "wb")  # noqa: SIM115
             procs.append(subprocess.Popen(
@@ -74,8 +68,7 @@ def fleet(
             p.terminate()
         for p in procs:
             p.wait(timeout=30)
-        redis.terminate()
-        redis.wait(timeout=10)
+        redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.servers import MotoServer, RedisServer, free_port
+
+__all__ = ["AWS_ENV", "CORPUS", "ROOT", "MotoServer", "RedisServer", "WorkerProcess", "free_port"]
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -25,51 +27,6 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip("../shared/corpus is absent: conformance media are not available here")
     return CORPUS
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A real ``redis-server`` on a free loopback port, in its own directory."""
-
-    def __init__(self, workdir: Path, *, appendonly: bool = False) -> None:
-        self.workdir = workdir
-        self.port = free_port()
-        self.appendonly = appendonly
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.fail("redis-server is not installed; run the README's test command, which installs it")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir), "--save", "",
-                "--appendonly", "yes" if self.appendonly else "no", "--protected-mode", "yes"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        pytest.fail("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 @pytest.fixture(scope="session")
@@ -161,38 +118,6 @@ AWS_ENV = {
     "AWS_CONFIG_FILE": "/nonexistent/mediafleet-test",
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/mediafleet-test",
 }
-
-
-class MotoServer:
-    """``moto_server`` (moto's S3 over HTTP) in its own process on a free loopback port."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail("moto_server exited at start")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        pytest.fail("moto_server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 @pytest.fixture(scope="session")

@@ -11,14 +11,17 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mediafleet import Dispatcher, Settings
-from tests.conftest import RedisServer
+from tests.conftest import WorkerProcess
+from tests.media import marked_pdf
+from tests.servers import RedisServer
 
 FAULTY = "tests.faulty_worker"
 _TIMES: list[tuple[str, float]] = []
@@ -54,6 +57,44 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@dataclass
+class SlowFleet:
+    """A dispatcher and ``tests.faulty_worker`` workers under one manifest with short ``ocr_pdf`` limits."""
+
+    dispatcher: Dispatcher
+    workers: list[WorkerProcess]
+    add_worker: Callable[[], WorkerProcess]
+    """Start one more faulty worker on the same broker, blobs and manifest."""
+
+    def submit_slow(self, salt: str) -> tuple[bytes, Any]:
+        """Submit an ``MF-SLOW`` PDF (~4 s on a faulty worker, with progress); return it and its job
+        once the job has started."""
+        pdf = marked_pdf("MF-SLOW", salt=salt)
+        job = self.dispatcher.submit(pdf)
+        wait_started(job)
+        return pdf, job
+
+
+@pytest.fixture
+def slow_fleet(fleet_env: dict[str, str], start_worker: Any, tmp_path: Path) -> Callable[..., SlowFleet]:
+    """``slow_fleet(soft_s, hard_s, workers=1, concurrency=1, broker_url=None, **env)``: a
+    :class:`SlowFleet` on this test's broker (or ``broker_url``) and blob store."""
+
+    def make(soft_s: float, hard_s: float, *, workers: int = 1, concurrency: int = 1,
+             broker_url: str | None = None, **env: str) -> SlowFleet:
+        manifest = write_manifest(tmp_path, soft_s=soft_s, hard_s=hard_s)
+        url = broker_url or fleet_env["MEDIAFLEET_BROKER_URL"]
+        worker_env = {"MEDIAFLEET_BROKER_URL": url, "MEDIAFLEET_MANIFEST_FILE": str(manifest), **env}
+
+        def add_worker() -> WorkerProcess:
+            return start_worker(f"--concurrency={concurrency}", module=FAULTY, env=worker_env)
+
+        started = [add_worker() for _ in range(workers)]
+        return SlowFleet(dispatcher(url, Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest), started, add_worker)
+
+    return make
 
 
 def freeze(pid: int) -> None:

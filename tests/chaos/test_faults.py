@@ -17,18 +17,10 @@ from pathlib import Path
 import pytest
 
 from mediafleet.contract import ErrorCode
-from tests.chaos.conftest import (
-    FAULTY,
-    dispatcher,
-    freeze,
-    record_time,
-    thaw,
-    wait_started,
-    write_manifest,
-)
+from tests.chaos.conftest import freeze, record_time, thaw
 from tests.conftest import ROOT
 from tests.helpers import wait_for
-from tests.media import marked_pdf, text_pdf
+from tests.media import text_pdf
 
 pytestmark = pytest.mark.integration
 
@@ -115,16 +107,12 @@ def test_a_full_disk_on_a_worker_fails_its_job_retryably(small_disk: Path, tmp_p
     assert run_request(request, manifest=default_manifest(), store=store).status == "ok"
 
 
-def test_a_worker_frozen_past_its_hard_limit_is_not_a_sticky_timeout(fleet_env, start_worker, tmp_path: Path) -> None:
+def test_a_worker_frozen_past_its_hard_limit_is_not_a_sticky_timeout(slow_fleet) -> None:  # type: ignore[no-untyped-def]
     """Failure 4: a worker frozen (SIGSTOP) past the job's limits, then thawed: the job fails with
     ``timeout``, but that says nothing about the input: a resubmission runs it again."""
-    manifest = write_manifest(tmp_path, soft_s=6, hard_s=8)
-    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest)}
-    worker = start_worker("--concurrency=1", module=FAULTY, env=env)
-    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest)
-    pdf = marked_pdf("MF-SLOW", salt="frozen")
-    job = fleet.submit(pdf)
-    wait_started(job)
+    setup = slow_fleet(soft_s=6, hard_s=8)
+    fleet, (worker,) = setup.dispatcher, setup.workers
+    pdf, job = setup.submit_slow("frozen")
     freeze(worker.proc.pid)
     try:
         time.sleep(9)
@@ -144,7 +132,7 @@ def test_a_refused_message_does_not_wedge_its_job(redis_server, start_worker, tm
     """Failure 3: a worker with signing on refuses an unsigned message, or one signed with a key it
     does not trust; the job's record stayed ``queued, sent=1`` for the record's TTL and a correct
     (signed) resubmission waited on it in vain."""
-    from tests.test_security import signing_env
+    from tests.certs import signing_env
 
     signing = signing_env(tmp_path)
     import redis

@@ -9,30 +9,19 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from mediafleet.contract import JobState
-from tests.chaos.conftest import (
-    FAULTY,
-    dispatcher,
-    record_time,
-    wait_started,
-    write_manifest,
-)
-from tests.media import marked_pdf
+from tests.chaos.conftest import record_time
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_pool_process_killed_mid_job_is_redelivered_and_finishes_once(fleet_env, start_worker,
-                                                                        tmp_path: Path) -> None:
-    manifest = write_manifest(tmp_path, soft_s=20, hard_s=25)
-    worker = start_worker("--concurrency=1", module=FAULTY, env={"MEDIAFLEET_MANIFEST_FILE": str(manifest)})
-    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest)
-    job = fleet.submit(marked_pdf("MF-SLOW", salt="sigkill"))
-    wait_started(job)
+def test_a_pool_process_killed_mid_job_is_redelivered_and_finishes_once(slow_fleet) -> None:  # type: ignore[no-untyped-def]
+    setup = slow_fleet(soft_s=20, hard_s=25)
+    fleet, (worker,) = setup.dispatcher, setup.workers
+    _, job = setup.submit_slow("sigkill")
     (child,) = worker.child_pids()
     os.kill(child, signal.SIGKILL)
     killed_at = time.monotonic()

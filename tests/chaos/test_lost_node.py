@@ -12,18 +12,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from mediafleet.contract import JobState
-from tests.chaos.conftest import (
-    FAULTY,
-    dispatcher,
-    record_time,
-    wait_started,
-    write_manifest,
-)
+from tests.chaos.conftest import record_time, wait_started
 from tests.media import marked_pdf
 
 pytestmark = pytest.mark.integration
@@ -31,12 +24,9 @@ pytestmark = pytest.mark.integration
 BOUND_S = 30  # presence TTL (15 s) + one heartbeat (5 s) + the job's own ~4 s, with margin
 
 
-def test_a_lost_nodes_started_job_is_redelivered_within_the_bound(fleet_env, start_worker, tmp_path: Path) -> None:
-    manifest = write_manifest(tmp_path, soft_s=20, hard_s=25)  # visibility timeout: 91 s
-    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest), "MEDIAFLEET_RECOVER_LOST_WORKERS": "true"}
-    lost = start_worker("--concurrency=1", module=FAULTY, env=env)
-    start_worker("--concurrency=1", module=FAULTY, env=env)
-    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest)
+def test_a_lost_nodes_started_job_is_redelivered_within_the_bound(slow_fleet) -> None:  # type: ignore[no-untyped-def]
+    setup = slow_fleet(soft_s=20, hard_s=25, workers=2, MEDIAFLEET_RECOVER_LOST_WORKERS="true")  # visibility: 91 s
+    fleet, (lost, _) = setup.dispatcher, setup.workers
     jobs = [fleet.submit(marked_pdf("MF-SLOW", salt=f"lost{i}")) for i in range(2)]
     for job in jobs:
         wait_started(job)

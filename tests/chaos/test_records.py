@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import redis
@@ -18,36 +17,24 @@ from mediafleet.contract import JobState
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, Outcome
 from mediafleet.contract.manifest import Modality, default_manifest
 from mediafleet.jobstore import JobStore
-from tests.chaos.conftest import (
-    FAULTY,
-    dispatcher,
-    freeze,
-    thaw,
-    wait_started,
-    write_manifest,
-)
+from tests.chaos.conftest import freeze, thaw
 from tests.helpers import wait_for
-from tests.media import marked_pdf
 from mediafleet.workers.app import join_parts, send_extract
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_stale_redelivery_never_overwrites_a_finished_job(fleet_env, start_worker, tmp_path: Path) -> None:
+def test_a_stale_redelivery_never_overwrites_a_finished_job(fleet_env, slow_fleet) -> None:  # type: ignore[no-untyped-def]
     """Failure 2: a worker frozen (SIGSTOP) while another runs its redelivered message. The second
     worker finishes the job and the caller gets ``ok``; thawed past its soft limit, the stale run
     times out, and its ``timeout`` must not replace the finished record."""
-    manifest = write_manifest(tmp_path, soft_s=6, hard_s=30)
-    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest)}
-    frozen = start_worker("--concurrency=1", module=FAULTY, env=env)
-    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest)
-    pdf = marked_pdf("MF-SLOW", salt="stale")
-    job = fleet.submit(pdf)
-    wait_started(job)
+    setup = slow_fleet(soft_s=6, hard_s=30)
+    fleet, (frozen,) = setup.dispatcher, setup.workers
+    pdf, job = setup.submit_slow("stale")
     freeze(frozen.proc.pid)
     frozen_at = time.monotonic()
     try:
-        start_worker("--concurrency=1", module=FAULTY, env=env)
+        setup.add_worker()
         # What kombu's restore does once the visibility timeout has passed (minutes, even with short
         # limits): the same message, with the same token, back on the queue for another worker.
         client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])

@@ -11,34 +11,22 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import redis
 
 from mediafleet.contract import JobState
-from tests.chaos.conftest import (
-    FAULTY,
-    dispatcher,
-    record_time,
-    wait_started,
-    write_manifest,
-)
-from tests.conftest import RedisServer
+from tests.chaos.conftest import record_time, wait_started
 from tests.media import marked_pdf
+from tests.servers import RedisServer
 
 pytestmark = pytest.mark.integration
 
 _DOWN_S = 3.0
 
 
-def _outage(own_redis: RedisServer, start_worker, tmp_path: Path, crash: bool) -> None:  # type: ignore[no-untyped-def]
-    manifest = write_manifest(tmp_path, soft_s=20, hard_s=25)
-    blobs = tmp_path / "blobs"
-    env = {"MEDIAFLEET_BROKER_URL": own_redis.url, "MEDIAFLEET_BLOB_ROOT": str(blobs),
-           "MEDIAFLEET_MANIFEST_FILE": str(manifest)}
-    start_worker("--concurrency=2", module=FAULTY, env=env)
-    fleet = dispatcher(own_redis.url, blobs, manifest)
+def _outage(own_redis: RedisServer, slow_fleet, crash: bool) -> None:  # type: ignore[no-untyped-def]
+    fleet = slow_fleet(soft_s=20, hard_s=25, concurrency=2, broker_url=own_redis.url).dispatcher
     pdfs = [marked_pdf("MF-SLOW", salt=f"outage-{crash}-{i}") for i in range(2)]
     jobs = [fleet.submit(pdf) for pdf in pdfs]
     for job in jobs:
@@ -90,10 +78,10 @@ _LEAKED_BY_REDIS_PY = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 
 @_LEAKED_BY_REDIS_PY
-def test_a_redis_restart_under_running_jobs_fails_none_for_good(own_redis, start_worker, tmp_path: Path) -> None:
-    _outage(own_redis, start_worker, tmp_path, crash=False)
+def test_a_redis_restart_under_running_jobs_fails_none_for_good(own_redis, slow_fleet) -> None:  # type: ignore[no-untyped-def]
+    _outage(own_redis, slow_fleet, crash=False)
 
 
 @_LEAKED_BY_REDIS_PY
-def test_a_redis_crash_under_running_jobs_fails_none_for_good(own_redis, start_worker, tmp_path: Path) -> None:
-    _outage(own_redis, start_worker, tmp_path, crash=True)
+def test_a_redis_crash_under_running_jobs_fails_none_for_good(own_redis, slow_fleet) -> None:  # type: ignore[no-untyped-def]
+    _outage(own_redis, slow_fleet, crash=True)

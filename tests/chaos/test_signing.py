@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_record_planted_in_redis_is_never_returned_as_evidence(redis_server, start_worker, tmp_path: Path) -> None:
-    from tests.test_security import signing_env
+    from tests.certs import signing_env
 
     signing = signing_env(tmp_path)
     url = f"redis://127.0.0.1:{redis_server.port}/13"
