@@ -4,12 +4,18 @@ One run builds the same units into both indexes, then times the same queries aga
 
 * **indexing**: ``add_units`` of artifacts of 1,000 units each (what ``index add`` and the
   indexing hook do per bundle): units/s, including NFKC folding and the full-text index;
-* **search**: ``search`` (20 nominations, BM25 / ts_rank; a unit matches when it holds every
-  word) plus ``load`` of the nominated units (the reload delivery does), p50 and p99 in ms, for
-  three kinds of query: *content words* (one to three words of the vocabulary's long tail), *a
-  common and a content word* (one of the 50 most frequent words, each in a large share of the
-  units, with a long-tail word), and *one common word alone* (the worst case: every unit holding
-  it is scored); "all" is the three together;
+* **search**: ``search`` (20 nominations under the ranking rule of
+  ``mediafleet.discovery.ranking``: a unit matches when it holds every word; a word in more than
+  10,000 units of the scope is very common and only filters when the query has a rarer word; a
+  query of very common words only ranks the 2,000 matching units indexed last) plus ``load`` of
+  the nominated units (the reload delivery does), p50 and p99 in ms, for three kinds of query:
+  *content words* (one to three words of the vocabulary's long tail), *a common and a content
+  word* (one of the 50 most frequent words, each in 2% to 85% of the units, with a long-tail
+  word), and *one common word alone* (the worst case); "all" is the three together;
+* **what the rule changes**: each query's nominations against those of a full ranking of every
+  matching unit by every word (BM25 in FTS5 / ts_rank, the ranking before the rule): the share of
+  queries nominating the same units in the same order, and the mean share of the full ranking's
+  units that are nominated (overlap);
 * **operation** (embedded only): a whole ``discovery-search`` through the host (lease reservation
   fsynced, nomination, reload, AES-GCM receipt committed with the delivery), p50 and p99.
 
@@ -37,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness import table, write_results  # noqa: E402
 from mediafleet.discovery import DiscoveryService, LeaseHost, NavigationBudget, ReceiptKey, create_key_file  # noqa: E402
 from mediafleet.discovery.index import EvidenceIndex, open_index  # noqa: E402
+from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule  # noqa: E402
 from mediafleet.discovery.text import query_terms  # noqa: E402
 from mediafleet.discovery.units import Scope, Unit  # noqa: E402
 
@@ -47,6 +54,8 @@ WORDS_PER_UNIT = 12
 COMMON = 50
 NOMINATIONS = 20
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+# No word is ever very common: every matching unit is ranked by every word (the ranking before the rule).
+FULL_RANKING = RankingRule(common_units=10**15, candidates=1)
 
 
 def vocabulary() -> list[str]:
@@ -129,6 +138,20 @@ def time_searches(index: EvidenceIndex, sets: dict[str, list[str]]) -> dict[str,
     return out
 
 
+def against_full_ranking(index: EvidenceIndex, full: EvidenceIndex, sets: dict[str, list[str]]) -> dict[str, Any]:
+    """Per kind of query: how often the rule's nominations are the full ranking's, and their mean overlap."""
+    out: dict[str, Any] = {}
+    for name, texts in sets.items():
+        same, overlap = 0, 0.0
+        for text in texts:
+            ruled = [n.unit_id for n in index.search(SCOPE, query_terms(text), NOMINATIONS)]
+            reference = [n.unit_id for n in full.search(SCOPE, query_terms(text), NOMINATIONS)]
+            same += ruled == reference
+            overlap += len(set(ruled) & set(reference)) / len(reference) if reference else 1.0
+        out[name] = {"same_nominations": round(same / len(texts), 3), "mean_overlap": round(overlap / len(texts), 3)}
+    return out
+
+
 def time_operations(folder: Path, index: EvidenceIndex, texts: list[str]) -> dict[str, Any]:
     create_key_file(folder / "receipt.key")
     host = LeaseHost(folder / "host.db")
@@ -163,7 +186,9 @@ def run(folder: Path, count: int, query_count: int, postgres_server: Any) -> Non
     sets = queries(query_count)
     results: dict[str, Any] = {"units": count, "units_per_artifact": PER_ARTIFACT, "vocabulary": VOCABULARY,
                                "words_per_unit": WORDS_PER_UNIT, "nominations": NOMINATIONS,
-                               "generation_s": round(generated_s, 1), "indexes": {}}
+                               "generation_s": round(generated_s, 1),
+                               "ranking_rule": {"common_units": DEFAULT_RULE.common_units,
+                                                "candidates": DEFAULT_RULE.candidates}, "indexes": {}}
     print(f"{count:,} units generated in {generated_s:.1f} s", file=sys.stderr)
 
     sqlite = open_index(f"sqlite:{folder / 'index.db'}")
@@ -172,6 +197,9 @@ def run(folder: Path, count: int, query_count: int, postgres_server: Any) -> Non
     results["indexes"]["sqlite_fts5"] = {"indexing": built, "search": time_searches(sqlite, sets),
                                          "file_mb": round((folder / "index.db").stat().st_size / 2**20)}
     results["indexes"]["sqlite_fts5"]["operation"] = time_operations(folder, sqlite, sets["content words"])
+    full = open_index(f"sqlite:{folder / 'index.db'}", FULL_RANKING)
+    results["indexes"]["sqlite_fts5"]["against_full_ranking"] = against_full_ranking(sqlite, full, sets)
+    full.close()
     sqlite.close()
 
     server = postgres_server()
@@ -182,19 +210,25 @@ def run(folder: Path, count: int, query_count: int, postgres_server: Any) -> Non
         print(f"PostgreSQL: {built['units_per_s']:,} units/s", file=sys.stderr)
         postgres._db.execute("VACUUM ANALYZE mf_discovery_units")  # type: ignore[attr-defined]
         results["indexes"]["postgresql_fts"] = {"indexing": built, "search": time_searches(postgres, sets)}
+        full = open_index(server.url, FULL_RANKING)
+        results["indexes"]["postgresql_fts"]["against_full_ranking"] = against_full_ranking(postgres, full, sets)
+        full.close()
         postgres.close()
     finally:
         server.stop()
 
     path = write_results("discovery", results)
-    rows = [("index", "units/s", "kind of query", "p50 ms", "p99 ms")]
+    rows = [("index", "units/s", "kind of query", "p50 ms", "p99 ms", "same as full ranking", "overlap")]
     for name, data in results["indexes"].items():
         for kind in (*sets, "all"):
             s = data["search"][kind]
-            rows.append((name, f"{data['indexing']['units_per_s']:,}", kind, f"{s['p50_ms']}", f"{s['p99_ms']}"))
+            against = data["against_full_ranking"].get(kind, {})
+            rows.append((name, f"{data['indexing']['units_per_s']:,}", kind, f"{s['p50_ms']}", f"{s['p99_ms']}",
+                         f"{against['same_nominations']:.0%}" if against else "",
+                         f"{against['mean_overlap']:.0%}" if against else ""))
         if "operation" in data:
             o = data["operation"]
-            rows.append((name, "", "whole discovery-search", f"{o['p50_ms']}", f"{o['p99_ms']}"))
+            rows.append((name, "", "whole discovery-search", f"{o['p50_ms']}", f"{o['p99_ms']}", "", ""))
     print(table(rows))
     print(f"written to {path.relative_to(Path(__file__).resolve().parents[1])}")
 

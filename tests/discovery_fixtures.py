@@ -27,12 +27,13 @@ import pytest
 
 from mediafleet.contract import EvidenceBundle
 from mediafleet.discovery.index import EvidenceIndex, open_index
+from mediafleet.discovery.units import Unit
 from tests.conftest import ROOT, free_port
 
 SCANNED_WORDS = ("Breakwater", "inspection", "found", "cracked", "armour", "units")
 
 __all__ = ["SCANNED_WORDS", "PostgresServer", "index", "postgres_server", "sample_bundles", "scanned_page_pdf",
-           "scanned_words"]
+           "scanned_words", "unit"]
 
 
 def _binary(name: str) -> str:
@@ -160,6 +161,17 @@ def sample_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Eviden
     for name, bundle in bundles.items():
         assert bundle.status == "ok", (name, bundle.error)
     return bundles
+
+
+def unit(text: str, n: int = 0, *, digest: str = "sha256:" + "ab" * 32, derivation: str = "eg:derivation:" + "1" * 32,
+         action: str = "ocr_pdf") -> Unit:
+    """A unit of a PDF page region with ``text``; ``n`` and the keywords make its (deterministic) id."""
+    locus = "eg:locus:" + uuid.uuid5(uuid.NAMESPACE_OID, f"{derivation}{digest}{n}").hex
+    return Unit(unit_id=locus, text=text, digest=digest, action=action, derivation_ref=derivation,
+                source_range={"artifact": {"digest": digest, "media_type": "application/pdf", "modality": "pdf"},
+                              "locus_kind": "image_region", "address": {"kind": "image_region", "x": 1.0, "y": 1.0,
+                                                                        "width": 2.0, "height": 2.0},
+                              "generation": {"derivation_ref": derivation}})
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -7,28 +7,16 @@ against both backends with the same assertions.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from mediafleet.contract import EvidenceBundle
 from mediafleet.discovery.errors import DiscoveryError
 from mediafleet.discovery.index import EvidenceIndex, parse_index_url
 from mediafleet.discovery.text import MAX_QUERY_CHARS, fold, query_terms
-from mediafleet.discovery.units import Scope, Unit, units_from_bundle
-from tests.discovery_fixtures import index, postgres_server, sample_bundles  # noqa: F401
+from mediafleet.discovery.units import Scope, units_from_bundle
+from tests.discovery_fixtures import index, postgres_server, sample_bundles, unit  # noqa: F401
 
 HARBOUR = Scope("harbour")
-
-
-def unit(text: str, n: int = 0, *, digest: str = "sha256:" + "ab" * 32, derivation: str = "eg:derivation:" + "1" * 32,
-         action: str = "ocr_pdf") -> Unit:
-    locus = "eg:locus:" + uuid.uuid5(uuid.NAMESPACE_OID, f"{derivation}{digest}{n}").hex
-    return Unit(unit_id=locus, text=text, digest=digest, action=action, derivation_ref=derivation,
-                source_range={"artifact": {"digest": digest, "media_type": "application/pdf", "modality": "pdf"},
-                              "locus_kind": "image_region", "address": {"kind": "image_region", "x": 1.0, "y": 1.0,
-                                                                        "width": 2.0, "height": 2.0},
-                              "generation": {"derivation_ref": derivation}})
 
 
 def texts(index: EvidenceIndex, scope: Scope, query: str, limit: int = 10) -> list[str]:

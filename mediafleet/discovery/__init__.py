@@ -12,6 +12,7 @@ from mediafleet.discovery.errors import DiscoveryError, Refusal
 from mediafleet.discovery.host import Binding, Lease, LeaseHost, NavigationBudget
 from mediafleet.discovery.index import AddReport, EvidenceIndex, Nomination, StoredUnit, open_index
 from mediafleet.discovery.operations import AuthorizationRequest, Authorizer, DiscoveryService
+from mediafleet.discovery.ranking import RankingRule
 from mediafleet.discovery.receipt import RECEIPT_FORMAT, ReceiptKey, create_key_file
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
 
@@ -29,6 +30,7 @@ __all__ = [
     "LeaseHost",
     "NavigationBudget",
     "Nomination",
+    "RankingRule",
     "ReceiptKey",
     "Refusal",
     "Scope",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule
 from mediafleet.discovery.units import Scope, Unit
 
 __all__ = ["AddReport", "EvidenceIndex", "Nomination", "StoredUnit", "open_index", "parse_index_url"]
@@ -64,7 +65,10 @@ class EvidenceIndex(Protocol):
         """The scope's change count (0 for a scope never written)."""
 
     def search(self, scope: Scope, terms: list[str], limit: int) -> list[Nomination]:
-        """Active units of ``scope`` holding every one of the (folded) terms, best first, at most ``limit``."""
+        """Active units of ``scope`` holding every one of the (folded) terms, best first, at most ``limit``.
+
+        Which of them are ranked, and by which terms, is :mod:`mediafleet.discovery.ranking`'s rule.
+        """
 
     def load(self, scope: Scope, unit_ids: list[str]) -> dict[str, StoredUnit]:
         """The units of ``scope`` with these ids, active or not; ids not in the scope are absent."""
@@ -92,16 +96,16 @@ def parse_index_url(url: str) -> tuple[str, str]:
     raise ValueError("an index URL is sqlite:PATH or postgresql://...")
 
 
-def open_index(url: str) -> EvidenceIndex:
-    """Open (creating the schema when missing) the index ``url`` names."""
+def open_index(url: str, rule: RankingRule = DEFAULT_RULE) -> EvidenceIndex:
+    """Open (creating the schema when missing) the index ``url`` names, searching under ``rule``."""
     kind, target = parse_index_url(url)
     if kind == "sqlite":
         from mediafleet.discovery.index_sqlite import SqliteIndex
 
-        return SqliteIndex(Path(target).expanduser())
+        return SqliteIndex(Path(target).expanduser(), rule)
     from mediafleet.discovery.index_pg import PostgresIndex
 
-    return PostgresIndex(target)
+    return PostgresIndex(target, rule)
 
 
 def group_units(units: list[Unit]) -> tuple[str, str, str]:

@@ -1,23 +1,33 @@
 """The embedded evidence index: one SQLite file, FTS5 with BM25, nothing to start.
 
 Each scope has its own FTS5 table (``fts_<hash of the scope>``) holding only its active units, so a
-search is one FTS5 match of every term in the scope's table, ranked by BM25 through FTS5's top-N
-path: no other scope's units are read, and no filter over a million-entry doclist is needed (a
-scope token in one shared table cost ~37 ms a query at a million units). The query is never FTS5
+search reads only the scope's units and no filter over a million-entry doclist is needed (a scope
+token in one shared table cost ~37 ms a query at a million units). The query is never FTS5
 syntax: the terms are quoted here.
+
+A search follows :mod:`mediafleet.discovery.ranking`. Whether a word is very common is one FTS5
+match read to its ``common_units + 1``-th entry at most. With a word that is not very common, FTS5
+ranks by BM25 over a match of those words only (FTS5's BM25 reads each phrase's whole posting
+list for its IDF, ~30 ms for a word in 850,000 units, which is what the rule avoids), and the
+units holding every word are one more FTS5 match. When every word is very common, the
+``candidates`` matches of highest row id are read with their text and FTS5's stored length, and
+scored here with BM25's term frequency and length normalisation against FTS5's average length.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 import sqlite3
-import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from mediafleet.contract.bundle import EvidenceBundle
-from mediafleet.discovery.index import AddReport, Nomination, StoredUnit, group_units
-from mediafleet.discovery.units import Scope, Unit, units_from_bundle
+from mediafleet.discovery.index import AddReport, Nomination, group_units
+from mediafleet.discovery.index_base import IndexBase
+from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule
+from mediafleet.discovery.units import Scope, Unit
 
 __all__ = ["SqliteIndex"]
 
@@ -52,13 +62,56 @@ def match_expression(terms: list[str]) -> str:
     return " AND ".join(_quoted(t) for t in terms)
 
 
-class SqliteIndex:
-    """The index in one SQLite file (WAL; safe for several processes on one host)."""
+# FTS5's BM25 constants, and its unicode61 token characters (categories L*, N*, Co) as Python sees them.
+_K1, _B = 1.2, 0.75
+_TOKEN = re.compile("(?:[^\\W_]|[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd])+")
 
-    def __init__(self, path: Path) -> None:
+
+def term_frequency(term: str, folded: str) -> int:
+    """How often ``term`` occurs in folded text as FTS5 matches it: its tokens, in order, as whole tokens."""
+    return _occurrences(_TOKEN.findall(term), folded)
+
+
+def _occurrences(want: list[str], folded: str) -> int:
+    have = _TOKEN.findall(folded)
+    if len(want) == 1:
+        return have.count(want[0])
+    return sum(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1)) if want else 0
+
+
+def _varints(blob: bytes) -> Iterator[int]:
+    """SQLite's varints (FTS5's ``%_data`` averages record and ``%_docsize`` sizes)."""
+    i = 0
+    while i < len(blob):
+        value = 0
+        for n in range(9):
+            byte = blob[i]
+            i += 1
+            if n == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        yield value
+
+
+def _first_varint(blob: bytes) -> int:
+    return blob[0] if blob[0] < 0x80 else next(_varints(blob))
+
+
+class SqliteIndex(IndexBase):
+    """The index in one SQLite file (WAL; safe for several processes on one host).
+
+    Args:
+        path: the file (created with its folder when missing).
+        rule: the ranking rule (:mod:`mediafleet.discovery.ranking`).
+    """
+
+    def __init__(self, path: Path, rule: RankingRule = DEFAULT_RULE) -> None:
+        super().__init__(rule)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
         # Large doclists (a common word over a million units) are read from memory, not re-read.
@@ -71,17 +124,10 @@ class SqliteIndex:
         return self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                                 (table,)).fetchone() is not None
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+    def _close(self) -> None:
+        self._db.close()
 
     # -- writing --------------------------------------------------------------------------------
-
-    def add_bundle(self, scope: Scope, bundle: EvidenceBundle) -> AddReport:
-        units = units_from_bundle(bundle)
-        if not units:
-            return AddReport(0, 0, self.scope_generation(scope))
-        return self.add_units(scope, units)
 
     def add_units(self, scope: Scope, units: list[Unit]) -> AddReport:
         digest, action, derivation = group_units(units)
@@ -142,38 +188,86 @@ class SqliteIndex:
                                (scope.workspace, scope.subject)).fetchone()
         return int(row[0]) if row else 0
 
-    def scope_generation(self, scope: Scope) -> int:
-        with self._lock:
-            return self._generation(scope)
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        self._db.execute("BEGIN")  # deferred: every read of the search sees one snapshot
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
 
-    def search(self, scope: Scope, terms: list[str], limit: int) -> list[Nomination]:
-        if not terms or limit <= 0:
-            return []
+    def _has_scope(self, scope: Scope) -> bool:
+        return self._has_table(fts_table(scope))
+
+    def _held_by_more_than(self, scope: Scope, term: str, count: int) -> bool:
         fts = fts_table(scope)
-        with self._lock:
-            if not self._has_table(fts):
-                return []
-            rows = self._db.execute(
-                f"SELECT u.unit_id, u.derivation_ref, f.rank FROM (SELECT rowid, rank FROM {fts} WHERE {fts} "
-                "MATCH ? ORDER BY rank LIMIT ?) AS f JOIN units u ON u.id = f.rowid ORDER BY f.rank, u.id",
-                (match_expression(terms), limit),
-            ).fetchall()
-        # BM25 in FTS5 is negative, better first; the score handed on is its magnitude.
-        return [Nomination(uid, derivation, -float(rank)) for uid, derivation, rank in rows]
+        return self._db.execute(f"SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT 1 OFFSET ?",
+                                (match_expression([term]), count)).fetchone() is not None
 
-    def load(self, scope: Scope, unit_ids: list[str]) -> dict[str, StoredUnit]:
-        if not unit_ids:
-            return {}
+    def _rank(self, scope: Scope, terms: tuple[str, ...], ranked_by: tuple[str, ...],
+              limit: int) -> list[Nomination]:
+        fts = fts_table(scope)
+        ranked = f"SELECT rowid, rank FROM {fts} WHERE {fts} MATCH ? ORDER BY rank, rowid"
+        if len(ranked_by) == len(terms):
+            rows = self._db.execute(ranked + " LIMIT ?", (match_expression(list(terms)), limit)).fetchall()
+        else:
+            holders = {r for (r,) in self._db.execute(f"SELECT rowid FROM {fts} WHERE {fts} MATCH ?",
+                                                      (match_expression(list(terms)),))}
+            rows = []
+            if holders:
+                for rowid, rank in self._db.execute(ranked, (match_expression(list(ranked_by)),)):
+                    if rowid in holders:
+                        rows.append((rowid, rank))
+                        if len(rows) == limit:
+                            break
+        # BM25 in FTS5 is negative, better first; the score handed on is its magnitude.
+        return self._nominations(scope, [(rowid, -float(rank)) for rowid, rank in rows])
+
+    def _rank_newest(self, scope: Scope, terms: tuple[str, ...], candidates: int, limit: int) -> list[Nomination]:
+        fts = fts_table(scope)
+        rows = self._db.execute(
+            f"SELECT f.rowid, f.folded, d.sz FROM {fts} AS f JOIN {fts}_docsize AS d ON d.id = f.rowid "
+            f"WHERE {fts} MATCH ? ORDER BY f.rowid DESC LIMIT ?", (match_expression(list(terms)), candidates),
+        ).fetchall()
+        if not rows:
+            return []
+        average = self._average_length(fts)
+        # FTS5 matched every term, so each occurs at least once: a one-token term that occurs once as
+        # a substring occurs once as a token; only the others are counted token by token (and a
+        # count of 0 is a character FTS5 and Python classify differently: 1, as FTS5 matched).
+        counted = [(t, _TOKEN.findall(t), _TOKEN.fullmatch(t) is not None) for t in terms]
+        scored = []
+        for rowid, folded, size in rows:
+            norm = _K1 * (1 - _B + _B * _first_varint(size) / average)
+            score = 0.0
+            for term, tokens, single in counted:
+                tf = 1 if single and folded.count(term) < 2 else max(_occurrences(tokens, folded), 1)
+                score += tf * (_K1 + 1) / (tf + norm)
+            scored.append((-score, rowid))
+        scored.sort()
+        return self._nominations(scope, [(rowid, -score) for score, rowid in scored[:limit]])
+
+    def _average_length(self, fts: str) -> float:
+        """FTS5's average unit length in tokens (its averages record: the row count, then the token count)."""
+        row = self._db.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
+        units, tokens = list(_varints(row[0]))[:2]
+        return tokens / units if units and tokens else 1.0
+
+    def _nominations(self, scope: Scope, ranked: list[tuple[int, float]]) -> list[Nomination]:
+        """The ranked row ids as nominations, each checked again to be an active unit of the scope."""
+        if not ranked:
+            return []
+        marks = ", ".join("?" * len(ranked))
+        # NOT INDEXED: looked up by row id (still allowed), never by scanning the scope in units_by_artifact.
+        found = {i: (uid, derivation) for i, uid, derivation in self._db.execute(
+            f"SELECT id, unit_id, derivation_ref FROM units NOT INDEXED WHERE id IN ({marks}) AND workspace = ? "
+            "AND subject = ? AND active = 1", (*(rowid for rowid, _ in ranked), scope.workspace, scope.subject))}
+        return [Nomination(*found[rowid], score) for rowid, score in ranked if rowid in found]
+
+    def _unit_rows(self, scope: Scope, unit_ids: list[str]) -> Iterable[tuple[Any, ...]]:
         marks = ", ".join("?" * len(unit_ids))
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT unit_id, digest, action, derivation_ref, generation, active, text, source_range FROM units "
-                f"WHERE workspace = ? AND subject = ? AND unit_id IN ({marks})",
-                (scope.workspace, scope.subject, *unit_ids),
-            ).fetchall()
-        out: dict[str, StoredUnit] = {}
-        for uid, digest, action, derivation, generation, active, text, source in rows:
-            unit = Unit(unit_id=uid, text=text, digest=digest, action=action, derivation_ref=derivation,
-                        source_range=json.loads(source))
-            out[uid] = StoredUnit(unit=unit, scope=scope, active=bool(active), generation=int(generation))
-        return out
+        return self._db.execute(
+            "SELECT unit_id, digest, action, derivation_ref, generation, active, text, source_range FROM units "
+            f"WHERE workspace = ? AND subject = ? AND unit_id IN ({marks})",
+            (scope.workspace, scope.subject, *unit_ids),
+        ).fetchall()
