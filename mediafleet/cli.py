@@ -614,43 +614,16 @@ class _Progress:
 
 
 def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
-    if settings.broker_url is None:
-        print("mediafleet worker: set MEDIAFLEET_BROKER_URL (a worker needs a broker)", file=sys.stderr)
-        return EXIT_USAGE
-    # Engines read these at import; cap them to this process's share before anything loads them.
-    from mediafleet.workers.engines import cap_threads
+    from mediafleet.workers.boot import BootRefused, WorkerOptions, boot_worker
 
-    cap_threads(settings.threads)
-    from mediafleet.contract.errors import Unavailable
-    from mediafleet.workers.app import create_app
-    from mediafleet.workers.extractor import check_devices
-
-    served = [cap for cap in manifest.capabilities.values() if settings.device in cap.devices]
-    if not served:
-        print(f"mediafleet worker: no capability may run on {settings.device.value}", file=sys.stderr)
-        return EXIT_USAGE
-    from mediafleet.workers.engines import EngineConfig, configure
-
-    # The start-up checks read the engine configuration (e.g. the Whisper model folder); setting it
-    # in the parent loads nothing, and each pool process sets it again after the fork.
-    configure(EngineConfig(device=settings.device, threads=settings.threads,
-                           whisper_model_dir=settings.whisper_model_dir))
+    options = WorkerOptions(queues=args.queues, concurrency=args.concurrency, pool=args.pool, loglevel=args.loglevel,
+                            hostname=args.hostname, max_tasks_per_child=args.max_tasks_per_child,
+                            max_memory_per_child=args.max_memory_per_child)
     try:
-        check_devices([cap.action for cap in served], settings.device)
-    except Unavailable as exc:
-        print(f"mediafleet worker: cannot serve {settings.device.value}: {exc.message}", file=sys.stderr)
+        boot_worker(settings, options, manifest)
+    except BootRefused as exc:
+        print(f"mediafleet worker: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    app = create_app(settings, manifest)
-    queues = args.queues or ",".join(cap.queue(settings.device) for cap in served)
-    argv = ["worker", f"--queues={queues}", f"--concurrency={args.concurrency}", f"--pool={args.pool}",
-            f"--loglevel={args.loglevel}", "--events"]
-    if args.hostname:
-        argv.append(f"--hostname={args.hostname}")
-    if args.max_tasks_per_child:
-        argv.append(f"--max-tasks-per-child={args.max_tasks_per_child}")
-    if args.max_memory_per_child:
-        argv.append(f"--max-memory-per-child={args.max_memory_per_child}")
-    app.worker_main(argv)
     return EXIT_OK
 
 

@@ -59,9 +59,10 @@ class Settings(BaseSettings):
         "#workspace=NAME[&subject=NAME] (README: Evidence discovery); unset: no automatic indexing",
     )
     recover_lost_workers: bool = Field(
-        False, description="workers queue again a started job whose worker's heartbeat has gone (a lost node) "
-        "within the presence TTL plus one heartbeat (about 20 s), instead of after the broker's visibility "
-        "timeout; a worker only cut off from Redis that still runs it then runs it twice, one outcome kept",
+        True, description="workers queue again a started job whose worker's heartbeat has gone (a lost node) "
+        "within the presence TTL plus one heartbeat (15-20 s after the loss), instead of after the broker's "
+        "visibility timeout; a worker only cut off from Redis that still runs it then runs it twice, one outcome "
+        "kept. false: such a job waits for the visibility timeout (the longest hard time limit x1.25 + 60 s)",
     )
     engine_owners: list[str] = Field(
         default_factory=list,

@@ -196,12 +196,14 @@ def test_a_worker_killed_mid_task_redelivers_and_completes_once(fleet_env, start
 def test_a_whole_worker_lost_mid_task_hands_the_job_to_another_after_the_visibility_timeout(
     fleet_env, start_worker, tmp_path: Path
 ) -> None:
-    """A node lost with its worker (main process and pool, SIGKILL: no warm shutdown, no requeue):
-    the unacknowledged message comes back once the visibility timeout passes, and another worker
-    completes the job once. Short time limits keep the timeout at about a minute."""
+    """A node lost with its worker (main process and pool, SIGKILL: no warm shutdown, no requeue),
+    with lost-node recovery turned off: the unacknowledged message comes back once the visibility
+    timeout passes, and another worker completes the job once. Short time limits keep the timeout
+    at about a minute. (On, the default, it is queued again within about 20 s:
+    tests/chaos/test_lost_node.py.)"""
     manifest = tmp_path / "manifest.json"
     manifest.write_text('{"capabilities": {"ocr_pdf": {"time_limits": {"soft_s": 5, "hard_s": 6}}}}')
-    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest)}
+    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest), "MEDIAFLEET_RECOVER_LOST_WORKERS": "false"}
     lost = start_worker("--concurrency=1", module=FAULTY, env=env)
     dispatcher = fleet(fleet_env, tmp_path, manifest_file=manifest)
     assert visibility_timeout_s(dispatcher.manifest) == 67

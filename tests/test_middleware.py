@@ -1,0 +1,355 @@
+"""The fleet task's middleware, each on its own and as the chain, without Celery.
+
+The real job store against a real redis-server (a database of its own per test), the real runner
+and PDF extractor on a real blob store: only the Celery task shell around them is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery.signals import worker_process_init, worker_ready, worker_shutdown
+
+from mediafleet.blobstore import LocalBlobStore
+from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf
+from mediafleet.contract.manifest import Manifest, Modality, default_manifest
+from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.settings import Settings
+from mediafleet.workers.middleware import (
+    Cancellation,
+    Delivery,
+    DeliveryCounting,
+    DeliveryLimit,
+    DiscoveryIndexing,
+    Middleware,
+    OutcomeReporting,
+    ProgressReporting,
+    ProgressThrottle,
+    Skip,
+    fleet_middleware,
+    run_chain,
+)
+from mediafleet.workers.runner import run_request
+from mediafleet.workers.spec import ProgressFn
+from tests.conftest import RedisServer, free_port
+from tests.media import text_pdf
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def jobs(redis_server: RedisServer, tmp_path: Path) -> Iterator[JobStore]:
+    db = 1 + (abs(hash(tmp_path.name)) % 14)
+    client = redis.Redis.from_url(f"redis://127.0.0.1:{redis_server.port}/{db}")
+    client.flushdb()
+    yield JobStore(client, ttl_s=3600)
+    client.flushdb()
+
+
+@pytest.fixture
+def manifest() -> Manifest:
+    return default_manifest()
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> LocalBlobStore:
+    return LocalBlobStore(tmp_path / "blobs")
+
+
+def pdf_request(blobs: LocalBlobStore, pages: int = 3, **over: Any) -> ExtractRequest:
+    data = text_pdf(pages)
+    digest = blobs.put_bytes(data)
+    job_id = over.pop("job_id", "mf-" + digest.removeprefix("sha256:")[:32])
+    return ExtractRequest(job_id=job_id, action="ocr_pdf", options={"ocr": "never"},
+                          artifact=ArtifactRef(digest=digest, media_type="application/pdf", bytes=len(data),
+                                               modality=Modality.PDF), **over)
+
+
+def claimed(jobs: JobStore, request: ExtractRequest, **over: Any) -> Delivery:
+    token = jobs.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=3600, **over)
+    assert token is not None
+    return Delivery(request, jobs, token=token, hostname="w1@test")
+
+
+def runner(manifest: Manifest, blobs: LocalBlobStore, request: ExtractRequest) -> Callable[[ProgressFn], Outcome]:
+    return lambda progress: run_request(request, manifest=manifest, store=blobs, progress=progress)
+
+
+def never_run(progress: ProgressFn) -> Outcome:
+    raise AssertionError("a decided delivery must not run")
+
+
+class Recorder(Middleware):
+    """Sees what reaches it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def before_run(self, delivery: Delivery) -> Outcome | None:
+        self.calls.append(("before", delivery.attempt))
+        return None
+
+    def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
+        self.calls.append(("progress", done))
+        return True
+
+    def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
+        self.calls.append(("after", outcome.status))
+
+
+# -- the chain ------------------------------------------------------------------------------------
+
+def test_the_chain_runs_every_hook_in_order_and_the_fleet_chain_reports_the_job(
+        jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    delivery = claimed(jobs, request)
+    seen = Recorder()
+    outcome = run_chain([*fleet_middleware(manifest), seen], delivery, runner(manifest, blobs, request))
+    assert outcome.status == "ok"
+    assert seen.calls[0] == ("before", 1) and seen.calls[-1] == ("after", "ok")
+    assert [c for c in seen.calls if c[0] == "progress"] == [("progress", 1), ("progress", 3)]  # 2 was throttled
+    record = jobs.get(request.job_id)
+    assert record.state == JobState.DONE and record.attempts == 1 and record.completions == 1
+    assert record.outcome == outcome and delivery.finished == outcome
+    assert record.progress.done == 3 and record.progress.total == 3 and record.progress.unit == "pages"
+
+
+def test_a_decided_delivery_is_not_run_but_is_reported(jobs: JobStore, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    decided = Outcome.failed(request, PublicError(code=ErrorCode.CANCELLED, message="x"), NOW)
+
+    class Decides(Middleware):
+        def before_run(self, delivery: Delivery) -> Outcome | None:
+            return decided
+
+    later, after = Recorder(), Recorder()
+    chain = [Decides(), later]
+    assert run_chain(chain, claimed(jobs, request), never_run) is decided
+    assert later.calls == [("after", "failed")]  # its before_run was not called, its after_run was
+    assert run_chain([Decides(), after], Delivery(request, jobs), never_run) is decided
+
+
+# -- delivery counting and the delivery limit -----------------------------------------------------
+
+def test_delivery_counting_marks_the_job_started_by_this_delivery(jobs: JobStore, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    delivery = claimed(jobs, request)
+    assert DeliveryCounting().before_run(delivery) is None
+    assert (delivery.attempt, delivery.before, delivery.speech_job) == (1, JobState.QUEUED, None)
+    record = jobs.get(request.job_id)
+    assert record.state == JobState.STARTED and record.hostname == "w1@test" and record.attempts == 1
+
+
+def test_a_stale_or_finished_message_is_skipped_before_anything_runs(
+        jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    delivery = claimed(jobs, request)
+    seen = Recorder()
+    stale = Delivery(request, jobs, token="not-the-records", hostname="w1@test")
+    with pytest.raises(Skip):
+        run_chain([DeliveryCounting(), seen], stale, never_run)
+    assert seen.calls == [] and jobs.get(request.job_id).attempts == 0
+    run_chain(fleet_middleware(manifest), delivery, runner(manifest, blobs, request))
+    again = Delivery(request, jobs, token=delivery.token, hostname="w2@test")
+    with pytest.raises(Skip):
+        run_chain([DeliveryCounting(), seen], again, never_run)
+    record = jobs.get(request.job_id)
+    assert seen.calls == [] and record.state == JobState.DONE and record.completions == 1
+
+
+def test_past_the_delivery_limit_the_job_fails_as_worker_lost(
+        jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    token = claimed(jobs, request).token
+    for _ in range(MAX_DELIVERIES):  # each killed its worker process before it reported
+        jobs.start(request.job_id, "w1@test", token)
+    delivery = Delivery(request, jobs, token=token, hostname="w1@test")
+    outcome = run_chain(fleet_middleware(manifest), delivery, never_run)
+    assert outcome.error.code == ErrorCode.WORKER_LOST and f"{MAX_DELIVERIES} times" in outcome.error.message
+    record = jobs.get(request.job_id)
+    assert record.state == JobState.FAILED and record.attempts == MAX_DELIVERIES + 1
+    assert DeliveryLimit(limit=MAX_DELIVERIES).before_run(Delivery(request, jobs, attempt=MAX_DELIVERIES)) is None
+
+
+# -- cancellation ---------------------------------------------------------------------------------
+
+def test_a_job_cancelled_before_its_delivery_is_not_run(jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    token = claimed(jobs, request).token
+    for _ in range(MAX_DELIVERIES):
+        jobs.start(request.job_id, "w1@test", token)
+    assert jobs.cancel(request.job_id) == JobState.CANCELLED
+    outcome = run_chain(fleet_middleware(manifest), Delivery(request, jobs, token=token), never_run)
+    assert outcome.error.code == ErrorCode.CANCELLED  # cancelled, however often it was delivered
+    record = jobs.get(request.job_id)
+    assert record.state == JobState.CANCELLED and record.completions == 0
+
+
+def test_a_job_cancelled_while_it_runs_stops_at_its_next_progress_point(
+        jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs, pages=5)
+    delivery = claimed(jobs, request)
+
+    class CancelsAtFirstPage(Middleware):  # the caller's `mediafleet cancel`, while page 1 is done
+        def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
+            if done == 1:
+                jobs.cancel(delivery.request.job_id)
+            return True
+
+    chain = [DeliveryCounting(), ProgressThrottle(every_s=0), CancelsAtFirstPage(), ProgressReporting(),
+             Cancellation(), DeliveryLimit(), OutcomeReporting(manifest)]
+    outcome = run_chain(chain, delivery, runner(manifest, blobs, request))
+    assert outcome.status == "failed" and outcome.error.code == ErrorCode.CANCELLED
+    record = jobs.get(request.job_id)
+    assert record.state == JobState.CANCELLED and record.progress.done == 1 and record.completions == 0
+
+
+def test_cancellation_reads_the_state_progress_reporting_saw(jobs: JobStore, blobs: LocalBlobStore) -> None:
+    delivery = Delivery(pdf_request(blobs), jobs, state=JobState.STARTED)
+    assert Cancellation().on_progress(delivery, 1, 2) is True
+    delivery.state = JobState.CANCELLED
+    with pytest.raises(Cancelled):
+        Cancellation().on_progress(delivery, 2, 2)
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+def test_progress_is_throttled_to_one_report_a_second_and_the_last_always_passes(blobs: LocalBlobStore,
+                                                                                  jobs: JobStore) -> None:
+    now = [100.0]
+    throttle = ProgressThrottle(every_s=1.0, clock=lambda: now[0])
+    delivery = Delivery(pdf_request(blobs), jobs)
+    passed = []
+    for t, done in [(100.0, 1), (100.4, 2), (100.99, 3), (101.0, 4), (101.2, 5), (101.3, 10), (101.5, 6)]:
+        now[0] = t
+        if throttle.on_progress(delivery, done, 10):
+            passed.append(done)
+    assert passed == [1, 4, 10]
+
+
+def test_progress_is_published_and_recorded_with_the_actions_unit(jobs: JobStore, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    published: list[dict[str, Any]] = []
+    delivery = claimed(jobs, request)
+    delivery.publish = published.append
+    DeliveryCounting().before_run(delivery)
+    assert ProgressReporting().on_progress(delivery, 2, 3) is True
+    assert published == [{"done": 2, "total": 3, "unit": "pages"}]
+    assert delivery.state == JobState.STARTED
+    progress = jobs.get(request.job_id).progress
+    assert (progress.done, progress.total, progress.unit) == (2, 3, "pages")
+
+
+def test_progress_with_redis_away_is_dropped_and_the_job_goes_on(blobs: LocalBlobStore) -> None:
+    away = JobStore(redis.Redis(port=free_port(), socket_connect_timeout=0.2), ttl_s=60)
+    delivery = Delivery(pdf_request(blobs), away)
+    later = Recorder()
+    chain = [ProgressReporting(), later]
+    assert chain[0].on_progress(delivery, 1, 3) is False  # stops here: nothing new for Cancellation to read
+    assert later.calls == []
+
+
+# -- reporting ------------------------------------------------------------------------------------
+
+def test_a_delivery_that_no_longer_owns_the_record_reports_nothing(
+        jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    stale = claimed(jobs, request)
+    DeliveryCounting().before_run(stale)
+    newer = Delivery(request, jobs, token=stale.token, hostname="w2@test")
+    DeliveryCounting().before_run(newer)  # redelivered (a lost node) while the first still ran
+    outcome = run_request(request, manifest=manifest, store=blobs)
+    OutcomeReporting(manifest).after_run(stale, outcome)
+    assert stale.finished is None and jobs.get(request.job_id).state == JobState.STARTED
+    OutcomeReporting(manifest).after_run(newer, outcome)
+    record = jobs.get(request.job_id)
+    assert newer.finished == outcome and record.state == JobState.DONE and record.completions == 1
+
+
+def test_a_failed_video_part_finishes_its_job_and_cancels_the_speech_part(
+        jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    data = b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 64
+    digest = blobs.put_bytes(data)
+    artifact = ArtifactRef(digest=digest, media_type="video/mp4", bytes=len(data), modality=Modality.VIDEO)
+    video = ExtractRequest(job_id="mf-" + "a" * 32, action="extract_keyframes", artifact=artifact)
+    speech = ExtractRequest(job_id="mf-" + "b" * 32, action="transcribe_segments", artifact=artifact,
+                            part_of=PartOf(job_id=video.job_id, action=video.action))
+    delivery = claimed(jobs, video, speech_job=speech.job_id)
+    claimed(jobs, speech)
+    DeliveryCounting().before_run(delivery)
+    assert delivery.speech_job == speech.job_id
+    failed = Outcome.failed(video, PublicError(code=ErrorCode.CORRUPT_INPUT, message="not a video"), NOW)
+    OutcomeReporting(manifest).after_run(delivery, failed)
+    assert delivery.finished == failed
+    assert jobs.get(video.job_id).state == JobState.FAILED
+    assert jobs.get(speech.job_id).state == JobState.CANCELLED
+
+
+def test_only_a_job_this_delivery_finished_is_indexed(tmp_path: Path, jobs: JobStore, manifest: Manifest,
+                                                     blobs: LocalBlobStore) -> None:
+    request = pdf_request(blobs)
+    delivery = claimed(jobs, request)
+    run_chain(fleet_middleware(manifest), delivery, runner(manifest, blobs, request))
+    index = tmp_path / "index.sqlite"
+    setting = f"sqlite:{index}#workspace=test"
+    DiscoveryIndexing(setting, manifest).after_run(Delivery(request, jobs), delivery.finished)  # finished nothing
+    assert not index.exists()
+    DiscoveryIndexing(setting, manifest).after_run(delivery, delivery.finished)
+    assert index.exists()
+
+
+# -- the worker's signal receivers ----------------------------------------------------------------
+
+SIGNALS = (worker_process_init, worker_ready, worker_shutdown)
+
+
+def test_building_apps_connects_no_receiver_and_a_booted_workers_are_all_disconnected(tmp_path: Path) -> None:
+    from mediafleet.workers.app import create_app
+    from mediafleet.workers.boot import worker_lifecycle
+
+    before = [len(s.receivers) for s in SIGNALS]
+    apps = [create_app(Settings(broker_url="redis://127.0.0.1:1/0", blob_root=tmp_path, redis_password=f"p{i}"))
+            for i in range(5)]
+    assert len({id(a) for a in apps}) == 5
+    assert [len(s.receivers) for s in SIGNALS] == before
+    settings = Settings(broker_url="redis://127.0.0.1:1/0", blob_root=tmp_path)
+    with worker_lifecycle(apps[0], settings, default_manifest()):
+        assert [len(s.receivers) for s in SIGNALS] == [n + 1 for n in before]
+        worker_ready.send(sender=None)  # another app's worker (or none): this one announces nothing
+    assert [len(s.receivers) for s in SIGNALS] == before
+
+
+def test_a_worker_recovers_lost_nodes_jobs_only_after_a_ttl_of_unbroken_heartbeats() -> None:
+    """After Redis was away past the presence TTL every worker's presence is gone at once: a worker
+    waits until the others have announced themselves again before it takes their jobs for lost."""
+    from mediafleet.presence import HEARTBEAT_S, TTL_S
+    from mediafleet.workers.boot import Steadiness
+
+    now = [0.0]
+    steadiness = Steadiness(clock=lambda: now[0])
+
+    def beats(n: int) -> list[bool]:
+        out = []
+        for _ in range(n):
+            out.append(steadiness.beat())
+            now[0] += HEARTBEAT_S
+        return out
+
+    steady_after = int(TTL_S // HEARTBEAT_S)
+    assert beats(steady_after + 2) == [False] * steady_after + [True, True]
+    now[0] += 30  # Redis away: no beat got through
+    assert beats(steady_after + 1) == [False] * steady_after + [True]
+
+
+def test_lost_node_recovery_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEDIAFLEET_RECOVER_LOST_WORKERS", raising=False)
+    monkeypatch.delenv("MEDIAFLEET_SETTINGS_FILE", raising=False)
+    assert Settings.load().recover_lost_workers is True
+    monkeypatch.setenv("MEDIAFLEET_RECOVER_LOST_WORKERS", "false")
+    assert Settings.load().recover_lost_workers is False

@@ -1,0 +1,285 @@
+"""What every delivery of a fleet job goes through, around the pure runner, in the style of dramatiq.
+
+The Celery task is a thin shell: it makes a :class:`Delivery` and hands it, with the runner, to
+:func:`run_chain`, which calls each middleware's hooks in list order:
+
+* ``before_run(delivery)`` once, before the run. It may raise :class:`Skip` (nothing to run and
+  nothing to report: the shell stores no result), or return an :class:`Outcome` that decides the
+  delivery without running it (the remaining ``before_run`` hooks are not called; every
+  ``after_run`` still is, so that outcome is reported).
+* ``on_progress(delivery, done, total)`` for each progress call of the extractor; returning False
+  stops that call here (the later middleware do not see it). It may raise (``Cancelled``: the
+  runner turns that into the job's outcome).
+* ``after_run(delivery, outcome)`` once, with the outcome, run or decided.
+
+:func:`fleet_middleware` is the fleet's chain: delivery counting, progress throttling, progress
+reporting, cancellation, the delivery limit, outcome and part reporting, discovery indexing. Each
+middleware is tested on its own against a real Redis (``tests/test_middleware.py``); none imports
+Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
+from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
+from mediafleet.contract.manifest import Manifest
+from mediafleet.discovery.hook import index_finished
+from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.workers.parts import join
+from mediafleet.workers.registry import progress_unit
+from mediafleet.workers.spec import ProgressFn
+
+__all__ = [
+    "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DiscoveryIndexing", "Middleware",
+    "OutcomeReporting", "ProgressReporting", "ProgressThrottle", "Skip", "fleet_middleware", "join_parts",
+    "report", "run_chain",
+]
+
+log = logging.getLogger("mediafleet.worker")
+# What Redis being briefly away looks like to a progress call.
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+PROGRESS_EVERY_S = 1.0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Skip(Exception):  # a signal, like dramatiq's SkipMessage, not an error
+    """Raised by ``before_run``: this delivery has nothing to run and nothing to report."""
+
+
+@dataclass
+class Delivery:
+    """One delivery of a job's message to this worker: what the middleware know and share.
+
+    The shell fills the first four fields; :class:`DeliveryCounting` fills ``attempt``, ``before``
+    and ``speech_job``; :class:`ProgressReporting` keeps ``state`` (the record's state at the last
+    progress report) and :class:`ProgressThrottle` ``progress_at``; :class:`OutcomeReporting` sets
+    ``finished`` when its report finished the caller's job.
+    """
+
+    request: ExtractRequest
+    jobs: JobStore
+    token: str = ""
+    hostname: str = ""
+    publish: Callable[[dict[str, Any]], None] = field(default=lambda meta: None)
+    """Publishes progress where the broker's clients see it (the shell: Celery's ``PROGRESS`` state)."""
+    attempt: int = 0
+    """This delivery's number (:meth:`JobStore.start`); it owns the job's record while no newer one started."""
+    before: JobState | None = None
+    speech_job: str | None = None
+    state: JobState | None = None
+    progress_at: float | None = None
+    finished: Outcome | None = None
+
+
+class Middleware:
+    """A no-op middleware: subclasses override the hooks they need."""
+
+    def before_run(self, delivery: Delivery) -> Outcome | None:
+        return None
+
+    def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
+        return True
+
+    def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
+        return None
+
+
+def run_chain(middleware: Sequence[Middleware], delivery: Delivery, run: Callable[[ProgressFn], Outcome]) -> Outcome:
+    """Run ``run(progress)`` for ``delivery`` through ``middleware`` (hooks in list order); returns
+    the outcome, run or decided by a ``before_run``.
+
+    Raises:
+        Skip: a ``before_run`` found nothing to run (no ``after_run`` is called).
+    """
+    outcome: Outcome | None = None
+    for m in middleware:
+        if (outcome := m.before_run(delivery)) is not None:
+            break
+    if outcome is None:
+
+        def progress(done: int, total: int | None) -> None:
+            for m in middleware:
+                if not m.on_progress(delivery, done, total):
+                    return
+
+        outcome = run(progress)
+    for m in middleware:
+        m.after_run(delivery, outcome)
+    return outcome
+
+
+class DeliveryCounting(Middleware):
+    """Counts the delivery in the job's record (which this delivery owns from then on) and skips a
+    message there is nothing to run for.
+
+    Skipped: a message of a submission that was cancelled and claimed again (the current submission
+    has its own message), and a second message for a job already finished (sent again for a job
+    thought unsent, recovered from a lost node, or redelivered after the visibility timeout). A
+    skipped delivery stores no result, so it cannot wake (or mislead) the current submission's
+    waiters.
+    """
+
+    def before_run(self, delivery: Delivery) -> Outcome | None:
+        attempt, before, speech_job = delivery.jobs.start(delivery.request.job_id, delivery.hostname, delivery.token)
+        delivery.attempt, delivery.before, delivery.speech_job = attempt, before, speech_job
+        if attempt < 0 or before in (JobState.DONE, JobState.FAILED):
+            raise Skip
+        return None
+
+
+class ProgressThrottle(Middleware):
+    """Lets a progress call through at most every ``every_s`` seconds, and always the last one."""
+
+    def __init__(self, every_s: float = PROGRESS_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every_s = every_s
+        self._clock = clock
+
+    def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
+        now = self._clock()
+        if delivery.progress_at is not None and now - delivery.progress_at < self._every_s and done != total:
+            return False
+        delivery.progress_at = now
+        return True
+
+
+class ProgressReporting(Middleware):
+    """Publishes progress (``done``, ``total``, the action's unit) and records it in the job's
+    record, keeping the record's state for :class:`Cancellation`. Best effort: with Redis briefly
+    away the job goes on, and the call stops here."""
+
+    def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
+        unit = progress_unit(delivery.request.action)
+        try:
+            delivery.publish({"done": done, "total": total, "unit": unit})
+            delivery.state = delivery.jobs.progress(delivery.request.job_id, done, total, unit)
+        except _TRANSIENT:
+            return False
+        return True
+
+
+class Cancellation(Middleware):
+    """A job cancelled before this delivery started is not run (it ends ``cancelled``); one
+    cancelled while it runs stops at its next reported progress point."""
+
+    def __init__(self, clock: Callable[[], datetime] = _now) -> None:
+        self._clock = clock
+
+    def before_run(self, delivery: Delivery) -> Outcome | None:
+        if delivery.before != JobState.CANCELLED:
+            return None
+        return Outcome.failed(delivery.request, PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled"),
+                              self._clock())
+
+    def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
+        if delivery.state == JobState.CANCELLED:
+            raise Cancelled("the job was cancelled")
+        return True
+
+
+class DeliveryLimit(Middleware):
+    """A job whose deliveries stopped their worker process ``limit`` times (an OOM kill, a
+    segfault, a lost node) is not run again: it fails with ``worker_lost`` and the queue flows."""
+
+    def __init__(self, limit: int = MAX_DELIVERIES, clock: Callable[[], datetime] = _now) -> None:
+        self._limit = limit
+        self._clock = clock
+
+    def before_run(self, delivery: Delivery) -> Outcome | None:
+        if delivery.attempt <= self._limit:
+            return None
+        return Outcome.failed(delivery.request, PublicError(
+            code=ErrorCode.WORKER_LOST,
+            message=f"the job stopped its worker process {delivery.attempt - 1} times; it is not delivered again",
+        ), self._clock())
+
+
+class OutcomeReporting(Middleware):
+    """Stores the outcome (:func:`report`): a plain job's in its record, a part's into its caller's
+    job (joined by the last part to report). Sets ``delivery.finished`` when that finished the
+    caller's job."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self._manifest = manifest
+
+    def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
+        delivery.finished = report(delivery.jobs, self._manifest, delivery.request, outcome, delivery.speech_job,
+                                   delivery=delivery.attempt)
+
+
+class DiscoveryIndexing(Middleware):
+    """Indexes the evidence of a job this delivery finished, when the settings name an index."""
+
+    def __init__(self, setting: str | None, manifest: Manifest) -> None:
+        self._setting = setting
+        self._manifest = manifest
+
+    def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
+        if delivery.finished is not None:
+            index_finished(self._setting, delivery.finished, self._manifest)
+
+
+def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> list[Middleware]:
+    """The fleet task's chain, in order. Cancellation comes after progress reporting (it reads the
+    state that report returned) and before the delivery limit (a cancelled job ends ``cancelled``
+    however often it was delivered)."""
+    return [DeliveryCounting(), ProgressThrottle(), ProgressReporting(), Cancellation(), DeliveryLimit(),
+            OutcomeReporting(manifest), DiscoveryIndexing(discovery_index, manifest)]
+
+
+def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Outcome | None:
+    """Write the caller's outcome joined from the parts its record holds (the last reporter's work);
+    returns it (None when there was nothing to join)."""
+    record = jobs.get(job_id)
+    if record is None or record.final:
+        return None
+    video = record.part("video")
+    if video is None:
+        return None
+    outcome = join(video, record.part("speech"), manifest)
+    # Two joiners may both get here (the waiter joins for a joiner it thinks lost): one writes.
+    return outcome if jobs.finish(outcome) else None
+
+
+def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome,
+           speech_job: str | None, delivery: int | None = None) -> Outcome | None:
+    """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
+
+    A job with a speech part (``speech_job``) reports as its ``video`` part and is finished by
+    whichever of the two reports last; a failed video part finishes the job at once and cancels its
+    speech part. A speech part keeps its own record too (``mediafleet status`` shows it). Returns
+    the caller's final outcome when this report finished the caller's job, else None.
+
+    ``delivery`` is the reporting delivery's number (:meth:`JobStore.start`): a delivery that no
+    longer owns its record (a newer one started since, or the job finished) stores nothing.
+    """
+    if request.part_of is not None:
+        if not jobs.finish(outcome, delivery=delivery):
+            return None
+        if jobs.report_part(request.part_of.job_id, "speech", outcome) == 0:
+            return join_parts(jobs, request.part_of.job_id, manifest)
+        return None
+    if speech_job is None:
+        return outcome if jobs.finish(outcome, delivery=delivery) else None
+    failed = outcome.status != "ok"
+    left = jobs.report_part(request.job_id, "video", outcome, decides=failed, delivery=delivery)
+    if failed:
+        if not jobs.finish(outcome, delivery=delivery):
+            return None
+        jobs.cancel(speech_job)
+        return outcome
+    if left == 0:
+        return join_parts(jobs, request.job_id, manifest)
+    return None
