@@ -321,6 +321,31 @@ def test_keda_counts_every_priority_list_of_its_class_and_only_those() -> None:
         assert not key_re.fullmatch("unacked")
 
 
+@pytest.mark.integration
+def test_every_priority_of_a_queue_is_counted_where_kombu_puts_it(fleet_env: dict[str, str], tmp_path: Path) -> None:
+    """One message at each fleet priority on a real Redis, through the fleet's own Celery app: each
+    lands in a list of its own, those lists are exactly ``queue_lists``, ``status`` counts all ten,
+    and the cpu ScaledObject's query matches every one of them (the gpu one none)."""
+    import redis
+
+    from mediafleet import Dispatcher, Settings
+    from mediafleet.contract.manifest import DeviceClass
+    from mediafleet.workers.app import redis_priority
+
+    dispatcher = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    queue = dispatcher.manifest.capability("ocr_pdf").queue(DeviceClass.CPU)
+    for level in range(10):
+        dispatcher.app.send_task("mediafleet.nothing", args=[level], queue=queue, priority=redis_priority(level))
+    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    lengths = {name: client.llen(name) for name in queue_lists(queue)}
+    assert lengths == dict.fromkeys(queue_lists(queue), 1)
+    assert {k.decode() for k in client.keys(f"{queue}*")} == set(queue_lists(queue))
+    assert dispatcher.status()["queues"][queue] == 10
+    cpu_keys, _ = _keda_regexes("cpu")
+    gpu_keys, _ = _keda_regexes("gpu")
+    assert all(cpu_keys.fullmatch(name) and not gpu_keys.fullmatch(name) for name in lengths)
+
+
 def test_keda_worker_names_are_the_entrypoints_worker_names() -> None:
     for device in ("cpu", "gpu"):
         _, worker_re = _keda_regexes(device)
