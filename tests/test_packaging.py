@@ -1,0 +1,137 @@
+"""The wheel puts one name in site-packages, ``mediafleet``: the repository's contract/, workers/
+and adapters/ install as mediafleet.contract, mediafleet.workers and mediafleet.adapters.
+
+The wheel is built from a copy of the working tree (nothing is written into the checkout),
+installed with ``pip install --target`` into a temporary folder, and imported by ``python -S``
+from an empty folder: no site, so no editable finder and no checkout on the path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from tests.conftest import ROOT
+
+_PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+_PACKAGE_DIRS: dict[str, str] = _PYPROJECT["tool"]["setuptools"]["package-dir"]
+_SOURCES = ("pyproject.toml", "README.md", *sorted(set(_PACKAGE_DIRS.values())))
+
+
+def _folder(package: str) -> Path:
+    """The repository folder a listed package is built from, through ``package-dir``."""
+    parts = package.split(".")
+    for cut in range(len(parts), 0, -1):
+        if (base := ".".join(parts[:cut])) in _PACKAGE_DIRS:
+            return ROOT / _PACKAGE_DIRS[base] / Path(*parts[cut:])
+    return ROOT / Path(*parts)
+
+
+def test_every_package_folder_is_listed_and_every_listed_package_is_a_folder() -> None:
+    listed = set(_PYPROJECT["tool"]["setuptools"]["packages"])
+    folders = {_folder(p) for p in listed}
+    on_disk = {init.parent for top in set(_PACKAGE_DIRS.values())
+               for init in (ROOT / top).rglob("__init__.py") if "__pycache__" not in init.parts}
+    assert on_disk - folders == set(), "package folders missing from [tool.setuptools] packages"
+    assert all((folder / "__init__.py").is_file() for folder in folders), "a listed package has no folder"
+    assert all(p == "mediafleet" or p.startswith("mediafleet.") for p in listed)
+
+
+def _no_isolation() -> bool:
+    """Whether this interpreter can build the wheel itself (offline): its setuptools meets the
+    build requirement and has bdist_wheel (setuptools 70.1+, or the ``wheel`` package)."""
+    try:
+        version = Version(metadata.version("setuptools"))
+    except metadata.PackageNotFoundError:
+        return False
+    wanted = [Requirement(r) for r in _PYPROJECT["build-system"]["requires"]]
+    meets = all(version in r.specifier for r in wanted if r.name == "setuptools")
+    has_bdist_wheel = version >= Version("70.1")
+    try:
+        metadata.version("wheel")
+        has_bdist_wheel = True
+    except metadata.PackageNotFoundError:
+        pass
+    return meets and has_bdist_wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    for name in _SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(path, src / name)
+    out = tmp_path_factory.mktemp("dist")
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
+           "--wheel-dir", str(out), str(src)]
+    if _no_isolation():
+        cmd.insert(4, "--no-build-isolation")
+    # Without it, pip fetches the build requirement (setuptools) from the package index once.
+    built = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=src)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (whl,) = out.glob("mediafleet-*.whl")
+    return whl
+
+
+def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    version = _PYPROJECT["project"]["version"]
+    assert {n.split("/")[0] for n in names} == {"mediafleet", f"mediafleet-{version}.dist-info"}
+    for package in _PYPROJECT["tool"]["setuptools"]["packages"]:
+        assert f"{package.replace('.', '/')}/__init__.py" in names, package
+    assert {"mediafleet/contract/manifest.default.json", "mediafleet/contract/py.typed",
+            "mediafleet/py.typed"} <= set(names)
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    target = tmp_path_factory.mktemp("site")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--disable-pip-version-check",
+                           "--no-compile", "--target", str(target), str(wheel)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    yield target
+
+
+_PROBE = """
+import importlib.util, sys
+target = sys.argv[1]
+import mediafleet.adapters, mediafleet.contract, mediafleet.workers
+from mediafleet.contract.digests import blob_ref
+from mediafleet.contract.manifest import default_manifest
+assert default_manifest().capabilities, "the default manifest (package data) did not load"
+for module in (mediafleet.contract, mediafleet.adapters, mediafleet.workers, sys.modules["mediafleet.contract.digests"]):
+    assert module.__file__.startswith(target), module.__file__
+for name in ("contract", "workers", "adapters"):
+    # find_spec, not import: a stray contract/ would be found, then fail on its own imports.
+    if importlib.util.find_spec(name) is not None:
+        raise SystemExit(f"import {name} finds a module: a second top-level name is on the path")
+print("ok")
+"""
+
+
+def test_the_installed_wheel_imports_under_mediafleet_only(installed: Path, tmp_path: Path) -> None:
+    """``import mediafleet.contract`` works and ``import contract`` fails, from the wheel alone (the
+    dependencies come from this venv's site-packages, which holds no copy of mediafleet)."""
+    deps = sysconfig.get_paths()["purelib"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = os.pathsep.join([str(installed), deps])
+    probe = subprocess.run([sys.executable, "-S", "-c", _PROBE, str(installed)], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=120)
+    assert probe.returncode == 0 and probe.stdout.strip() == "ok", probe.stderr[-3000:]
