@@ -11,12 +11,15 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Self
 
-__all__ = ["LoopbackServer", "MotoServer", "RedisServer", "ServerFailed", "free_port"]
+__all__ = ["LoopbackServer", "MotoServer", "RedisServer", "ServerFailed", "free_port", "http_server"]
 
 
 class ServerFailed(RuntimeError):
@@ -28,6 +31,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server (``http.server``, a thread per request) on a free loopback port, serving
+    with ``handler``; yields its base URL, ``http://127.0.0.1:<port>``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 class LoopbackServer:

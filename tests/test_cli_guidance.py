@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from mediafleet.contract import EvidenceBundle
 from mediafleet.cli import _parser, _samples
 from tests.conftest import free_port
 from tests.media import text_pdf
+from tests.servers import http_server
 
 SAMPLE = {p.name: p for p in _samples()}
 # Exception class names users must never see (ours, pydantic's, the transports').
@@ -128,15 +128,8 @@ def web(tmp_path: Path) -> Iterator[str]:
         def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(Quiet) as url:
+        yield url
 
 
 def test_an_http_url_is_downloaded(web: str, tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import io
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from mediafleet.contract.manifest import load_manifest
 from mediafleet.inputs import InputUnavailable, open_input
 from tests.media import text_pdf
+from tests.servers import free_port, http_server
 
 _PDF = text_pdf(1)
 _LIMIT = 6000  # the narrowed manifest's PDF limit: the one-page PDF (~2 KB) fits, 8 KiB more does not
@@ -70,15 +70,8 @@ class _Site(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(_Site) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +136,5 @@ def test_a_missing_file_names_the_status_not_the_url(site: str, manifest) -> Non
 
 
 def test_a_server_that_is_not_there(manifest) -> None:  # type: ignore[no-untyped-def]
-    from tests.servers import free_port
-
     message = _refused(f"http://user:pw@127.0.0.1:{free_port()}/a.pdf", manifest)
     assert message == "a.pdf: cannot download from 127.0.0.1 (no connection, or a broken response)"
