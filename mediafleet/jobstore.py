@@ -413,13 +413,18 @@ class JobStore:
 
     def held(self) -> list[JobRecord]:
         """Jobs waiting for a live worker of an allowed device class (not yet on any queue)."""
+        return self._members(_HELD, JobState.HELD)
+
+    def _members(self, index: str, state: JobState) -> list[JobRecord]:
+        """The records named in the set ``index`` that are in ``state``; names whose record expired
+        are dropped from the set."""
         out = []
-        for raw in self._r.smembers(_HELD):
+        for raw in self._r.smembers(index):
             job_id = raw.decode()
             record = self.get(job_id)
             if record is None:
-                self._r.srem(_HELD, job_id)  # its record expired
-            elif record.state == JobState.HELD:
+                self._r.srem(index, job_id)
+            elif record.state == state:
                 out.append(record)
         return out
 
@@ -431,15 +436,7 @@ class JobStore:
 
     def started(self) -> list[JobRecord]:
         """Jobs some delivery started and none finished yet (records that expired are dropped)."""
-        out = []
-        for raw in self._r.smembers(_STARTED):
-            job_id = raw.decode()
-            record = self.get(job_id)
-            if record is None:
-                self._r.srem(_STARTED, job_id)
-            elif record.state == JobState.STARTED:
-                out.append(record)
-        return out
+        return self._members(_STARTED, JobState.STARTED)
 
     def requeue_lost(self, record: JobRecord, quiet_s: float) -> str | None:
         """Queue a started job again when the worker it names has lost its heartbeat and the record

@@ -8,6 +8,7 @@ from an empty folder: no site, so no editable finder and no checkout on the path
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -47,6 +48,43 @@ def test_every_package_folder_is_listed_and_every_listed_package_is_a_folder() -
     assert on_disk - folders == set(), "package folders missing from [tool.setuptools] packages"
     assert all((folder / "__init__.py").is_file() for folder in folders), "a listed package has no folder"
     assert all(p == "mediafleet" or p.startswith("mediafleet.") for p in listed)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Which of the package's modules each module imports: module level, in functions and under
+    TYPE_CHECKING alike (a cycle through a lazy import is still a cycle)."""
+    modules: dict[str, Path] = {}
+    for package in _PYPROJECT["tool"]["setuptools"]["packages"]:
+        for file in _folder(package).glob("*.py"):
+            modules[package if file.stem == "__init__" else f"{package}.{file.stem}"] = file
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, file in modules.items():
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+@pytest.mark.parametrize("module", ["mediafleet.blobs", "mediafleet.blobstore", "mediafleet.s3store",
+                                    "mediafleet.settings", "mediafleet.contract.digests"])
+def test_the_stores_and_the_settings_are_in_no_import_cycle(module: str) -> None:
+    graph = _imports()
+    back = sorted(m for m in _reaches(graph, module) if module in _reaches(graph, m) or m == module)
+    assert back == [], f"{module} is in an import cycle with {back}"
 
 
 def _no_isolation() -> bool:
