@@ -37,8 +37,8 @@ __all__ = ["ANONYMOUS_LOCAL", "ENGINE_CHUNK_SIZE", "check", "engine_blob_digest"
 ENGINE_CHUNK_SIZE = 1 << 20  # the callers' client default (BlobClient.DEFAULT_CHUNK_SIZE)
 _MANIFEST_VERSION = 2
 _DIGEST = re.compile(rf"(sha256:)?((?i:{HEX.pattern}))")  # the hex in either case, as callers send it
-_SCOPE = re.compile(r"carrier-owner:[0-9a-f]{64}")
-_OPAQUE_TENANT = re.compile(r"carrier-tenant:[0-9a-f]{64}")
+_SCOPE = re.compile(rf"carrier-owner:{HEX.pattern}")
+_OPAQUE_TENANT = re.compile(rf"carrier-tenant:{HEX.pattern}")
 _OPAQUE_PRINCIPAL = re.compile(rf"principal:{DIGEST.pattern}")
 
 
