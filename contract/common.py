@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from mediafleet.contract.digests import check_digest, sha256_digest
 
-__all__ = ["Digest", "ModelRef", "Producer", "Strict", "TextBox", "sha256_digest"]
+__all__ = ["Digest", "ModelRef", "Producer", "Strict", "TextBox", "matching", "sha256_digest"]
 
 Digest = Annotated[str, AfterValidator(check_digest)]
 F64 = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Confidence = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+def matching(pattern: str, says: str) -> Callable[[str], str]:
+    """A validator that passes a string matching ``pattern`` whole and refuses anything else with
+    ``says``: ``Annotated[str, AfterValidator(matching(r"mf-[0-9a-f]{32}", "a job id is ..."))]``."""
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(says)
+        return value
+
+    return check
 
 
 class Strict(BaseModel):

@@ -6,30 +6,21 @@ worker reads it from the blob store and recomputes the digest before using it.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
-from mediafleet.contract.common import Digest, Strict
+from mediafleet.contract.common import Digest, Strict, matching
 from mediafleet.contract.errors import PublicError
 from mediafleet.contract.manifest import DeviceClass, Modality
 from mediafleet.contract.results import ExtractionResult
 
 __all__ = ["ArtifactRef", "ExtractRequest", "JobId", "JobState", "Outcome", "PartOf", "Progress"]
 
-_JOB_ID = re.compile(r"mf-[0-9a-f]{32}")
-
-
-def _check_job_id(value: str) -> str:
-    if not _JOB_ID.fullmatch(value):
-        raise ValueError("a job id is 'mf-' followed by 32 lowercase hex characters")
-    return value
-
-
-JobId = Annotated[str, AfterValidator(_check_job_id)]
+JobId = Annotated[str, AfterValidator(matching(r"mf-[0-9a-f]{32}",
+                                               "a job id is 'mf-' followed by 32 lowercase hex characters"))]
 
 
 class ArtifactRef(Strict):
