@@ -154,6 +154,15 @@ def test_outcome_times_come_from_the_clock(tmp_path: Path) -> None:
     assert (out.ended_at - out.started_at).total_seconds() == 2
 
 
+def test_a_keyword_submit_does_not_know_is_refused(settings: Settings) -> None:
+    """submit and submit_stored share one keyword set (Submission); a misspelt one fails loudly."""
+    dispatcher = Dispatcher(settings)
+    with pytest.raises(TypeError, match="optionz"):
+        dispatcher.submit(text_pdf(1), optionz={"dpi": 300})
+    with pytest.raises(TypeError, match="priorty"):
+        dispatcher.submit_stored("sha256:" + "0" * 64, priorty=9)
+
+
 def test_blob_references_cannot_leave_the_store(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path / "blobs")
     for bad in ["sha256:../../etc/passwd", "../x", "sha256:" + "A" * 64, "md5:" + "0" * 32]:
