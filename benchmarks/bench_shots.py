@@ -1,41 +1,62 @@
 """Shot boundaries by kind, with the truth known: mediafleet against every PySceneDetect detector at
-its defaults and FFmpeg's scene filter, in one run.
+its defaults and FFmpeg's scene filter, in one run, with frames/s against bare decoding.
 
 The clip is made here, frame by frame, from FFmpeg's own sources (``testsrc2``, ``mandelbrot``,
-``smptehdbars``, ``gradients``, ``testsrc``, ``rgbtestsrc``, ``cellauto``) and generated slides
-(white pages with bars of "text", one slide to the next differing in a few lines: the
-similar-looking cut a slide deck or an interview on one background makes). Between shots: hard
-cuts (two of them between near-identical slides), a fade, a dissolve, a wipe and a fade through
-black; inside shots, which must not be cut: a two-frame flash, a fast pan (24 px a frame) and a
-fade to black and back. 640x360, 25 fps, H.264 (CRF 18), written to the system temp directory.
+``smptehdbars``, ``gradients``, ``testsrc``, ``rgbtestsrc``, ``cellauto``), generated slides (white
+pages with bars of "text", one slide to the next differing in one line: the similar-looking cut a
+slide deck makes) and, where the conformance corpus is present (``../shared/corpus``), real camera
+pictures: stretches from inside the shots of PySceneDetect's ``testvideo.mp4`` (photographs of a
+leaf on a rock, a deer, a stone, planks), scaled to the clip's size. Between shots: hard cuts (two
+between near-identical slides, one from the leaf to the same picture 10 % closer), a fade, a dissolve, wipes (left
+to right; top to bottom on real footage), a fade through black and a real dissolve; inside shots,
+which must not be cut: a two-frame flash, a one-frame flash on the real deer, a fast pan (24 px a
+frame), a fast pan over a real picture (8 px a frame) and a fade to black and back. 640x360,
+25 fps, H.264 (CRF 18), written to the system temp directory.
 
-Scoring: a reported boundary within 1 frame of a true cut finds that cut; one inside a gradual
-transition (1 frame of slack on each side) finds that transition; any other is false. Cut F1 counts
-every false boundary against the cuts (they are reported as cuts); transition recall is the share
-of transitions found. None of the compared tools reports a transition as a span, so a transition
-found is one cut placed somewhere inside it.
+Scoring (each true boundary found at most once):
 
-Run: ``.venv/bin/python benchmarks/bench_shots.py``; figures go to ``benchmarks/results/shots.json``.
+* cuts: a reported cut within 1 frame of a true cut finds it; any other reported cut that is not
+  inside a transition is a false cut. Cut F1 counts both.
+* gradual transitions: a reported transition (mediafleet's combined detector reports them as spans)
+  overlapping a true one finds it. The other tools report only cuts, so for them a cut inside a true
+  transition (1 frame of slack either side) finds it, the most they could do; more cuts in the same
+  transition are false transitions. A reported transition overlapping none is false. Transition F1
+  counts both.
+* events inside shots: any reported boundary on one of their frames (1 frame of slack) is listed
+  against it.
+
+Speed: every path decodes the same clip; ``ffmpeg -f null`` (FFmpeg's default threads) is the floor,
+and ``frames/s`` and ``vs bare`` are from the median of ``rounds`` interleaved runs.
+
+Run: ``.venv/bin/python benchmarks/bench_shots.py [rounds]`` (``benchmarks/bench_video.py`` runs it
+too); figures go to ``benchmarks/results/shots.json``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import table, write_results
+from benchmarks.harness import ROOT, table, write_results
 
 W, H, RATE, SHOT = 640, 360, 25, 75
 TRANSITION = 20
 OUT = Path(tempfile.gettempdir()) / "mediafleet-bench-shots"
+REAL = ROOT.parent / "shared" / "corpus" / "video" / "testvideo.mp4"
 
 
 def source(spec: str, frames: int) -> np.ndarray:
@@ -45,6 +66,16 @@ def source(spec: str, frames: int) -> np.ndarray:
         ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", spec, "-frames:v", str(frames),
          "-f", "rawvideo", "-pix_fmt", "rgb24", "-"], capture_output=True, check=True).stdout
     return np.frombuffer(raw, np.uint8).reshape(frames, H, W, 3).copy()
+
+
+def real(first: int, frames: int, size: tuple[int, int] = (W, H)) -> np.ndarray:
+    """Frames ``first`` .. ``first + frames - 1`` of the real footage, scaled to ``size``."""
+    width, height = size
+    chain = f"select='between(n,{first},{first + frames - 1})',scale={width}:{height}"
+    raw = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(REAL), "-vf", chain, "-vsync", "0", "-f", "rawvideo", "-pix_fmt", "rgb24",
+         "-"], capture_output=True, check=True).stdout
+    return np.frombuffer(raw, np.uint8).reshape(frames, height, width, 3).copy()
 
 
 def slide(lines: list[int], frames: int, seed: int) -> np.ndarray:
@@ -65,50 +96,64 @@ def slide(lines: list[int], frames: int, seed: int) -> np.ndarray:
 @dataclass
 class Truth:
     cuts: list[int] = field(default_factory=list)  # first frame of the new shot
+    cut_kinds: list[str] = field(default_factory=list)
     transitions: list[tuple[int, int, str]] = field(default_factory=list)  # first, last frame, kind
     inside: list[tuple[int, int, str]] = field(default_factory=list)  # events that are not boundaries
 
 
-def make_clip() -> tuple[Path, Truth, int]:
-    OUT.mkdir(exist_ok=True)
-    path = OUT / "shots.mp4"
-    shots: list[tuple[str, np.ndarray]] = [
-        ("testsrc2", source("testsrc2", SHOT)),
-        ("mandelbrot", source("mandelbrot", SHOT)),
-        ("smptehdbars", source("smptehdbars", SHOT)),
-        ("slide A", slide([9, 8, 9, 6, 7], SHOT, 1)),
-        ("slide B", slide([9, 8, 9, 6, 7, 8], SHOT, 1)),  # slide A with one more line
-        ("slide C", slide([9, 8, 9, 6, 7, 8, 5], SHOT, 1)),  # and another
-        ("gradients", source("gradients=speed=0.02", SHOT)),
-        ("testsrc", source("testsrc", SHOT)),
-        ("rgbtestsrc", source("rgbtestsrc", SHOT)),
-        ("cellauto", source("cellauto=rule=110", SHOT)),
-        ("testsrc2 pan", source("testsrc2", SHOT)),
-        ("mandelbrot 2", source("mandelbrot", SHOT)),
+def _shots() -> tuple[list[np.ndarray], list[tuple[str, str]], list[tuple[int, int, int, str]]]:
+    """The shots, what joins each to the next (kind, cut class), and the events inside shots."""
+    shots = [
+        source("testsrc2", SHOT), source("mandelbrot", SHOT), source("smptehdbars", SHOT),
+        slide([9, 8, 9, 6, 7], SHOT, 1),
+        slide([9, 8, 9, 6, 7, 8], SHOT, 1),  # slide A with one more line
+        slide([9, 8, 9, 6, 7, 8, 5], SHOT, 1),  # and another
+        source("gradients=speed=0.02", SHOT), source("testsrc", SHOT), source("rgbtestsrc", SHOT),
+        source("cellauto=rule=110", SHOT), source("testsrc2", SHOT), source("mandelbrot", SHOT),
     ]
-    # What joins shot k to shot k+1.
-    joins = ["cut", "fade", "cut", "cut", "cut", "dissolve", "wipe", "cut", "fadeblack", "cut", "cut"]
-    # Events inside shots (not boundaries), clear of the transitions at their ends:
-    # (shot, first frame, last frame, kind)
+    joins = [("cut", "distinct"), ("fade", ""), ("cut", "distinct"), ("cut", "near-identical"),
+             ("cut", "near-identical"), ("dissolve", ""), ("wipe", ""), ("cut", "distinct"), ("fadeblack", ""),
+             ("cut", "into fast motion"), ("cut", "out of fast motion")]
     events = [(6, 28, 47, "fade to black inside a shot"), (8, 30, 31, "flash"), (10, 0, SHOT - 1, "fast pan")]
-    rgb = shots[8][1]
+    rgb = shots[8]
     rgb[30:32] = np.clip(rgb[30:32].astype(np.int16) + 180, 0, 255).astype(np.uint8)
-    pan = shots[10][1]
+    pan = shots[10]
     for i in range(SHOT):
         pan[i] = np.roll(pan[i], 24 * i, axis=1)
-    grad = shots[6][1]
+    grad = shots[6]
     ramp = np.concatenate([np.linspace(1, 0, 9), np.zeros(2), np.linspace(0, 1, 9)])
     grad[28:48] = (grad[28:48] * ramp[:, None, None, None]).astype(np.uint8)
+    if REAL.exists():
+        base = len(shots)
+        leaf = real(32, 50)
+        # The same picture a little closer (5 % cropped off each side): a cut to a near-identical shot.
+        closer = np.stack([cv2.resize(f[H // 20: H - H // 20, W // 20: W - W // 20], (W, H),
+                                      interpolation=cv2.INTER_AREA) for f in real(130, 50)])
+        deer, stone, planks = real(245, SHOT), real(430, SHOT), real(570, SHOT)
+        deer[37] = np.clip(deer[37].astype(np.int16) + 150, 0, 255).astype(np.uint8)  # a camera flash
+        big = real(600, 1, (W * 2, H * 2))[0]  # a fast pan across a real picture: 8 px a frame
+        sweep = np.stack([big[H // 2: H // 2 + H, 8 * i: 8 * i + W] for i in range(SHOT)])
+        shots += [leaf, closer, deer, stone, planks, sweep]
+        joins += [("cut", "distinct"), ("cut", "near-identical"), ("dissolve", ""), ("cut", "distinct"),
+                  ("wipe-down", ""), ("cut", "into fast motion")]
+        events += [(base + 3, 36, 38, "flash (real)"), (base + 6, 0, SHOT - 1, "fast pan (real)")]
+    return shots, joins, events
 
+
+def make_clip() -> tuple[Path, Truth, int]:
+    OUT.mkdir(exist_ok=True)
+    path = OUT / ("shots-real.mp4" if REAL.exists() else "shots.mp4")
+    shots, joins, events = _shots()
     truth = Truth()
     frames: list[np.ndarray] = []
-    for k, (_, clip) in enumerate(shots):
-        join = joins[k - 1] if k else None
+    for k, clip in enumerate(shots):
+        join, cut_class = joins[k - 1] if k else (None, "")
         start = len(frames) - (TRANSITION if join not in (None, "cut") else 0)  # where this shot's frame 0 goes
         truth.inside.extend((start + a, start + b, kind) for shot, a, b, kind in events if shot == k)
         if join in (None, "cut"):
             if join == "cut":
                 truth.cuts.append(len(frames))
+                truth.cut_kinds.append(cut_class)
             frames.extend(clip)
             continue
         # A gradual transition: the previous shot's last TRANSITION frames blend into this one's first.
@@ -120,8 +165,11 @@ def make_clip() -> tuple[Path, Truth, int]:
                 rng = np.random.default_rng(7)
                 a = (a + rng.uniform(-0.15, 0.15, (1, H, W, 1)).astype(np.float32)).clip(0, 1)
             mixed = prev * (1 - a) + nxt * a
-        elif join == "wipe":
-            edge = (np.arange(W)[None, None, :, None] < a * W).astype(np.float32)
+        elif join in ("wipe", "wipe-down"):
+            if join == "wipe":
+                edge = (np.arange(W)[None, None, :, None] < a * W).astype(np.float32)
+            else:
+                edge = (np.arange(H)[None, :, None, None] < a * H).astype(np.float32)
             mixed = prev * (1 - edge) + nxt * edge
         else:  # fadeblack
             out = np.clip(1 - 2 * a, 0, 1)
@@ -129,7 +177,7 @@ def make_clip() -> tuple[Path, Truth, int]:
             mixed = prev * out + nxt * inn
         start = len(frames) - TRANSITION
         frames[-TRANSITION:] = list(mixed.round().clip(0, 255).astype(np.uint8))
-        truth.transitions.append((start, start + TRANSITION - 1, join))
+        truth.transitions.append((start, start + TRANSITION - 1, join.replace("-down", "")))
         frames.extend(clip[TRANSITION:])
     proc = subprocess.Popen(
         ["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{W}x{H}", "-r", str(RATE),
@@ -144,79 +192,163 @@ def make_clip() -> tuple[Path, Truth, int]:
     return path, truth, len(frames)
 
 
-def score(found: list[int], truth: Truth) -> dict[str, object]:
-    cuts_hit: set[int] = set()
-    spans_hit: set[int] = set()
-    false: list[int] = []
-    for f in found:
-        cut = next((c for c in truth.cuts if abs(f - c) <= 1), None)
+@dataclass
+class Found:
+    cuts: list[int]  # first frame of each shot that starts with a cut
+    transitions: list[tuple[int, int]] = field(default_factory=list)  # first, last frame
+
+
+def score(found: Found, truth: Truth) -> dict[str, Any]:
+    cut_hit: dict[int, int] = {}  # true cut position -> reported cut
+    span_hit: dict[int, Any] = {}  # true transition position -> what found it
+    false_cuts: list[int] = []
+    false_spans: list[Any] = []
+    for f in found.cuts:
+        cut = next((k for k, c in enumerate(truth.cuts) if abs(f - c) <= 1 and k not in cut_hit), None)
         if cut is not None:
-            cuts_hit.add(cut)
+            cut_hit[cut] = f
             continue
         span = next((k for k, (a, b, _) in enumerate(truth.transitions) if a - 1 <= f <= b + 1), None)
-        if span is not None:
-            spans_hit.add(span)
-            continue
-        false.append(f)
-    tp, fn = len(cuts_hit), len(truth.cuts) - len(cuts_hit)
-    f1 = 2 * tp / (2 * tp + len(false) + fn) if tp or false or fn else 1.0
-    missed = [c for c in truth.cuts if c not in cuts_hit]
+        if span is None:
+            false_cuts.append(f)
+        elif span in span_hit:
+            false_spans.append(f)  # a second cut inside one transition
+        else:
+            span_hit[span] = f
+    for first, last in found.transitions:
+        span = next((k for k, (a, b, _) in enumerate(truth.transitions) if first <= b and a <= last), None)
+        if span is None or span in span_hit:
+            false_spans.append([first, last])
+        else:
+            span_hit[span] = [first, last]
+
+    def f1(tp: int, fp: int, fn: int) -> float:
+        return round(2 * tp / (2 * tp + fp + fn), 3) if tp or fp or fn else 1.0
+
+    boundaries = [*found.cuts, *(a for a, _ in found.transitions), *(b + 1 for _, b in found.transitions)]
+    by_class: dict[str, list[int]] = {}
+    for k, kind in enumerate(truth.cut_kinds):
+        counts = by_class.setdefault(f"cut: {kind}", [0, 0])
+        counts[0] += k in cut_hit
+        counts[1] += 1
+    for k, (_, _, kind) in enumerate(truth.transitions):
+        counts = by_class.setdefault(f"transition: {kind}", [0, 0])
+        counts[0] += k in span_hit
+        counts[1] += 1
+    false_on = {kind: sorted({f for f in boundaries if a - 1 <= f <= b + 1 and f not in truth.cuts})
+                for a, b, kind in truth.inside}
     return {
-        "cuts_found": tp, "cuts": len(truth.cuts), "cut_f1": round(f1, 3),
-        "transitions_found": len(spans_hit), "transitions": len(truth.transitions),
-        "transition_recall": round(len(spans_hit) / len(truth.transitions), 3),
-        "false": len(false), "false_at": false, "missed_cuts": missed,
-        "missed_transitions": [truth.transitions[k][2] for k in range(len(truth.transitions)) if k not in spans_hit],
-        "false_on": sorted({kind for f in false for a, b, kind in truth.inside if a - 1 <= f <= b + 1}),
+        "cuts_found": len(cut_hit), "cuts": len(truth.cuts),
+        "cut_f1": f1(len(cut_hit), len(false_cuts), len(truth.cuts) - len(cut_hit)),
+        "transitions_found": len(span_hit), "transitions": len(truth.transitions),
+        "transition_f1": f1(len(span_hit), len(false_spans), len(truth.transitions) - len(span_hit)),
+        "false_cuts": false_cuts, "false_transitions": false_spans,
+        "missed_cuts": [c for k, c in enumerate(truth.cuts) if k not in cut_hit],
+        "missed_transitions": [list(t) for k, t in enumerate(truth.transitions) if k not in span_hit],
+        "by_class": {name: f"{hit}/{total}" for name, (hit, total) in by_class.items()},
+        "false_on": {kind: at for kind, at in false_on.items() if at},
     }
 
 
-def mediafleet(path: Path, detector: str) -> list[int]:
+def mediafleet(path: Path, detector: str) -> Found:
     from mediafleet.contract.manifest import Limits
     from mediafleet.contract.video import VideoOptions
     from mediafleet.workers.video.extract import extract_keyframes
 
     limits = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
     result = extract_keyframes(path, VideoOptions(detector=detector, speech=False), limits)  # type: ignore[arg-type]
-    return [shot.first_frame_index for shot in result.shots[1:]]
+    found = Found([])
+    for before, shot in zip(result.shots, result.shots[1:], strict=False):
+        if shot.kind == "transition":
+            found.transitions.append((shot.first_frame_index, shot.last_frame_index))
+        elif before.kind == "shot":
+            found.cuts.append(shot.first_frame_index)
+    return found
 
 
-def pyscenedetect(path: Path, name: str) -> list[int]:
+def pyscenedetect(path: Path, name: str) -> Found:
     import scenedetect
 
     detector = getattr(scenedetect, name)()
     scenes = scenedetect.detect(str(path), detector, show_progress=False)
-    return [start.frame_num for start, _ in scenes[1:]]
+    return Found([start.frame_num for start, _ in scenes[1:]])
 
 
-def ffmpeg_scene(path: Path, threshold: float = 0.3) -> list[int]:
+def ffmpeg_scene(path: Path, threshold: float = 0.3) -> Found:
     err = subprocess.run(["ffmpeg", "-hide_banner", "-i", str(path), "-vf", f"select='gt(scene,{threshold})',showinfo",
                           "-f", "null", "-"], check=False, capture_output=True, text=True).stderr
-    return [round(float(t) * RATE) for t in re.findall(r"pts_time:([0-9.]+)", err)]
+    return Found([round(float(t) * RATE) for t in re.findall(r"pts_time:([0-9.]+)", err)])
 
 
-def main() -> None:
+def bare_decode(path: Path) -> Found:
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "null", "-"], check=True)
+    return Found([])
+
+
+BARE = "ffmpeg -f null (bare decode, floor)"
+
+
+def run(rounds: int = 3) -> dict[str, Any]:
+    """Build the clip, run every detector ``rounds`` times interleaved, score, print, write shots.json."""
+    from mediafleet.workers.engines import EngineConfig, configure
+
+    configure(EngineConfig(threads=os.cpu_count() or 1))
     path, truth, frames = make_clip()
-    runs = {
-        "mediafleet (adaptive, default)": lambda: mediafleet(path, "adaptive"),
-        "mediafleet (content)": lambda: mediafleet(path, "content"),
+    runs: dict[str, Callable[[], Found]] = {
+        BARE: lambda: bare_decode(path),
+        "mediafleet combined (default)": lambda: mediafleet(path, "combined"),
+        "mediafleet adaptive": lambda: mediafleet(path, "adaptive"),
+        "mediafleet content": lambda: mediafleet(path, "content"),
         **{f"PySceneDetect {n}": (lambda n=n: pyscenedetect(path, n))
            for n in ("AdaptiveDetector", "ContentDetector", "HistogramDetector", "HashDetector", "ThresholdDetector")},
         "ffmpeg scene > 0.3": lambda: ffmpeg_scene(path),
     }
-    results = {name: {"boundaries": (found := run()), **score(found, truth)} for name, run in runs.items()}
+    mediafleet(path, "combined")  # warm imports and OpenCV before timing
+    walls: dict[str, list[float]] = {name: [] for name in runs}
+    found: dict[str, Found] = {}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            found[name] = fn()
+            walls[name].append(time.perf_counter() - start)
+    floor = statistics.median(walls[BARE])
+    results: dict[str, Any] = {}
+    for name in runs:
+        wall = statistics.median(walls[name])
+        speed = {"wall_s": round(wall, 4), "frames_per_s": round(frames / wall, 1),
+                 "ratio_to_bare_decode": round(floor / wall, 3)}
+        if name == BARE:
+            results[name] = speed
+            continue
+        results[name] = {"cuts_reported": found[name].cuts, "transitions_reported": found[name].transitions,
+                         **score(found[name], truth), **speed}
     write_results("shots", {
-        "clip": {"frames": frames, "size": f"{W}x{H}", "rate": RATE, "cuts": truth.cuts,
-                 "transitions": truth.transitions, "inside_shots": truth.inside},
-        "detectors": results,
+        "clip": {"frames": frames, "size": f"{W}x{H}", "rate": RATE, "real_footage": REAL.exists(),
+                 "cuts": truth.cuts, "cut_kinds": truth.cut_kinds, "transitions": truth.transitions,
+                 "inside_shots": truth.inside},
+        "rounds": rounds, "detectors": results,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
-    rows = [("detector", "cuts found", "cut F1", "transitions found", "false (on)")]
+    print(f"\nShots: {frames} frames {W}x{H} at {RATE} fps, {len(truth.cuts)} cuts, {len(truth.transitions)} "
+          f"transitions, {len(truth.inside)} events inside shots (real footage: {'yes' if REAL.exists() else 'no'}); "
+          f"medians of {rounds} interleaved rounds")
+    rows = [("detector", "cuts", "cut F1", "transitions", "transition F1", "false on events inside shots",
+             "frames/s", "vs bare")]
     for name, r in results.items():
+        if name == BARE:
+            rows.append((name, "-", "-", "-", "-", "-", f"{r['frames_per_s']:,.0f}", "1.00x"))
+            continue
         rows.append((name, f"{r['cuts_found']}/{r['cuts']}", f"{r['cut_f1']:.2f}",
-                     f"{r['transitions_found']}/{r['transitions']}",
-                     f"{r['false']} ({', '.join(r['false_on']) or '-'})"))  # type: ignore[arg-type]
+                     f"{r['transitions_found']}/{r['transitions']}", f"{r['transition_f1']:.2f}",
+                     ", ".join(f"{kind} ({len(at)})" for kind, at in r["false_on"].items()) or "-",
+                     f"{r['frames_per_s']:,.0f}", f"{r['ratio_to_bare_decode']:.2f}x"))
     print(table(rows))
+    classes = list(next(r for n, r in results.items() if n != BARE)["by_class"])
+    names = [n for n in results if n != BARE]
+    print("\nFound, by class:")
+    print(table([("class", *names)] + [(c, *(results[n]["by_class"][c] for n in names)) for c in classes]))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    run(int(sys.argv[1]) if len(sys.argv) > 1 else 3)

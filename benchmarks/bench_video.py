@@ -1,5 +1,11 @@
 """Video shots and keyframes: frames/s and cut accuracy, mediafleet against the alternatives, one run.
 
+First the shot benchmark (:mod:`benchmarks.bench_shots`): a clip with the truth known (hard cuts, some
+between near-identical pictures; fades, dissolves, wipes; flashes, fast motion and a fade inside a
+shot), F1 for cuts and for gradual transitions, mediafleet against every PySceneDetect detector at
+its defaults and FFmpeg's scene filter, with frames/s against bare decoding. Then the speed paths
+below on two plain clips.
+
 Clips: ten synthetic scenes (ffmpeg's lavfi sources: test patterns, fractals, cellular automata,
 gradients, colour bars) of 60 frames each at 30 fps, H.264 (libx264 veryfast, CRF 23), at 360p and
 1080p; the nine cuts are known exactly (frame 60, 120, ...). They are generated at run time into
@@ -15,10 +21,12 @@ waits; the CPU ratio is the work done, and the steadier figure on a shared machi
    and with ``save-images -n 1`` (one keyframe per scene, which it gets by seeking);
 4. PySceneDetect's API (``detect_scenes``), then one keyframe per shot by seeking to its middle;
 5. mediafleet: ``extract_keyframes`` (shots, keyframes picked, hashed and JPEG-encoded in the same
-   decoding pass), and the in-process dispatcher end to end (sniff, hash, store, extract, loci,
-   PROV-O, claim), with the worker's thread count set to the machine's cores.
+   decoding pass) with its default detector (combined) and with ``detector=adaptive``, and the
+   in-process dispatcher end to end (sniff, hash, store, extract, loci, PROV-O, claim), with the
+   worker's thread count set to the machine's cores.
 
-Run: ``.venv/bin/python benchmarks/bench_video.py``; figures go to ``benchmarks/results/video.json``.
+Run: ``.venv/bin/python benchmarks/bench_video.py [rounds]``; figures go to ``benchmarks/results/video.json``
+and ``benchmarks/results/shots.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import bench_shots
 from benchmarks.harness import table, write_results
 
 SCENES = 10
@@ -123,14 +132,14 @@ def scenedetect_api(path: Path, seek_keyframes: bool) -> list[int]:
     return [start.frame_num for start, _ in scenes[1:]]
 
 
-def mediafleet_extract(path: Path) -> list[int]:
+def mediafleet_extract(path: Path, detector: str = "combined") -> list[int]:
     from mediafleet.contract.manifest import default_manifest
     from mediafleet.contract.video import VideoOptions
     from mediafleet.workers.sink import MemorySink
     from mediafleet.workers.video.extract import extract_keyframes
 
     limits = default_manifest().capability("extract_keyframes").limits
-    result = extract_keyframes(path, VideoOptions(), limits, None, MemorySink())
+    result = extract_keyframes(path, VideoOptions(detector=detector), limits, None, MemorySink())  # type: ignore[arg-type]
     return [s.first_frame_index for s in result.shots[1:]]
 
 
@@ -169,6 +178,7 @@ def main(rounds: int = 5) -> None:
     from mediafleet import Dispatcher, Settings
     from mediafleet.workers.engines import EngineConfig, configure
 
+    bench_shots.run(rounds)
     threads = os.cpu_count() or 1
     configure(EngineConfig(threads=threads))
     blobs = Path(tempfile.mkdtemp(prefix="mf-bench-video-"))
@@ -180,6 +190,7 @@ def main(rounds: int = 5) -> None:
         ("PySceneDetect CLI + save-images -n 1", lambda p: scenedetect_cli(p, "save-images", "-n", "1")),
         ("PySceneDetect API + seek a keyframe per shot", lambda p: scenedetect_api(p, True)),
         ("mediafleet extract_keyframes (shots + keyframes)", mediafleet_extract),
+        ("mediafleet extract_keyframes, detector=adaptive", lambda p: mediafleet_extract(p, "adaptive")),
         ("mediafleet in-process dispatcher, end to end", lambda p: mediafleet_dispatch(dispatcher, p)),
     ]
     floor_name = paths[0][0]
