@@ -28,7 +28,7 @@ __all__ = ["SPECS", "check_refs", "for_modality", "progress_unit", "register", "
 
 # Parts that a second spec of the same modality (a second engine) must share: they are looked up
 # by modality (a result's kind, a bundle's artifact), not by action.
-_SHARED = ("media_types", "progress_unit", "loci", "caller_shape")
+_SHARED = ("media_types", "progress_unit", "loci", "caller_shape", "summary")
 
 
 def register(specs: Iterable[ModalitySpec], manifest: Manifest | None = None) -> tuple[ModalitySpec, ...]:

@@ -44,6 +44,7 @@ __all__ = [
     "ReadCheck",
     "Ref",
     "SpecError",
+    "Summary",
     "no_device_check",
     "reads_whole",
 ]
@@ -96,6 +97,11 @@ LociMapper = Callable[[Any, str], "list[LocusDraft]"]
 
 CallerShape = Callable[["EvidenceBundle", Mapping[str, str]], dict[str, Any]]
 """``shape(bundle, inline)``: the response today's callers parse, read from the bundle's loci."""
+
+Summary = Callable[[list[tuple[dict[str, Any], dict[str, Any]]]], list[str]]
+"""``summary(loci)``: a few lines a person reads (the CLI's summary, the report's heading) from an
+``ok`` bundle's loci, each an (address, Evidence properties) pair in the bundle's order; the first
+line says what was found, the others quote a little of it."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,7 @@ class ModalitySpec:
         progress_unit: what ``progress(done, total)`` counts (``pages``, ``seconds``, ``frames``).
         loci: the adapter from a result to loci (:data:`LociMapper`).
         caller_shape: the callers' response for an ``ok`` bundle (:data:`CallerShape`).
+        summary: what the CLI prints for an ``ok`` bundle (:data:`Summary`).
         opencv: whether the extractor needs OpenCV (the CLI checks it loads before running).
     """
 
@@ -166,6 +173,7 @@ class ModalitySpec:
     progress_unit: str
     loci: Ref[LociMapper]
     caller_shape: Ref[CallerShape]
+    summary: Ref[Summary]
     opencv: bool
 
     def __post_init__(self) -> None:

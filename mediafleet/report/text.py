@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.workers.registry import for_modality
 
-__all__ = ["summary_lines"]
+__all__ = ["audio_summary", "image_summary", "pdf_summary", "summary_lines", "video_summary"]
 
 _WORDS = 14
 _SHOTS = 6
@@ -36,7 +37,7 @@ def _evidence(bundle: EvidenceBundle) -> list[tuple[dict[str, Any], dict[str, An
     return [(n.properties["evidence_locus"]["address"], n.properties) for n in bundle.nodes if n.node_type == "Evidence"]
 
 
-def _pdf(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+def pdf_summary(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
     pages = [p for a, p in loci if a["kind"] == "page_region"]
     ocr = sum(1 for p in pages if p.get("path") == "ocr")
     lines = sum(1 for a, _ in loci if a["kind"] == "image_region")
@@ -46,7 +47,7 @@ def _pdf(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
     return [head, *([words] if words else ["no text"])]
 
 
-def _image(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+def image_summary(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
     whole = [a for a, p in loci if a["kind"] == "image_region" and p.get("region") == "image"]
     lines = [p.get("text", "") for a, p in loci if a["kind"] == "image_region" and p.get("region") != "image"]
     size = f"{whole[0]['width']:.0f} x {whole[0]['height']:.0f} px" if whole else "no page"
@@ -64,7 +65,12 @@ def _speech(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[str, lis
     return f"{_plural(len(segments), 'speech segment')} ({span})", [words] if words else []
 
 
-def _video(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+def audio_summary(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+    head, words = _speech(loci)
+    return [head, *words]
+
+
+def video_summary(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
     shots = [a for a, _ in loci if a["kind"] == "video_time_range"]
     keys = sum(1 for a, _ in loci if a["kind"] == "frame_range")
     length = _s(shots[-1]["end_ms"]) if shots else "no frames"
@@ -82,18 +88,8 @@ def summary_lines(name: str, bundle: EvidenceBundle) -> list[str]:
         why = f"{error.code.value}: {error.message}" if error else "no reason given"
         return [f"{name}: failed ({media_type}): {why}"]
     loci = _evidence(bundle)
-    modality = bundle.artifact.modality.value if bundle.artifact.modality else ""
-    if modality == "pdf":
-        body = _pdf(loci)
-    elif modality == "image":
-        body = _image(loci)
-    elif modality == "audio":
-        head, words = _speech(loci)
-        body = [head, *words]
-    elif modality == "video":
-        body = _video(loci)
-    else:
-        body = [_plural(len(loci), "locus", "loci")]
+    spec = for_modality(bundle.artifact.modality) if bundle.artifact.modality else None
+    body = spec.summary.load()(loci) if spec is not None else [_plural(len(loci), "locus", "loci")]
     claim = next((n.properties for n in bundle.nodes if n.node_type == "Claim"), None)
     if claim is None:
         verdict = "no claim"

@@ -36,5 +36,6 @@ SPEC = ModalitySpec(
     progress_unit="seconds",
     loci=Ref("mediafleet.adapters.audio:audio_loci"),
     caller_shape=Ref("mediafleet.adapters.caller:audio_shape"),
+    summary=Ref("mediafleet.report.text:audio_summary"),
     opencv=False,
 )

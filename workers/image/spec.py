@@ -36,5 +36,6 @@ SPEC = ModalitySpec(
     progress_unit="pages",
     loci=Ref("mediafleet.adapters.image:image_loci"),
     caller_shape=Ref("mediafleet.adapters.caller:image_shape"),
+    summary=Ref("mediafleet.report.text:image_summary"),
     opencv=True,  # rapidocr
 )

@@ -1,4 +1,4 @@
-"""Start-up check for a worker that serves OCR on a device class (``DEVICE_CHECKS``).
+"""Start-up check for a worker that serves OCR on a device class (the ``device_check`` of the PDF and image specs).
 
 Runs in the worker's parent before any fork: it creates no session and initialises no CUDA
 context. The GPU class needs onnxruntime's CUDA provider (the ``ocr-gpu`` extra) and a GPU the

@@ -25,5 +25,6 @@ SPEC = ModalitySpec(
     progress_unit="pages",
     loci=Ref("mediafleet.adapters.pdf:pdf_loci"),
     caller_shape=Ref("mediafleet.adapters.caller:pdf_shape"),
+    summary=Ref("mediafleet.report.text:pdf_summary"),
     opencv=False,
 )

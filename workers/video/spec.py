@@ -30,5 +30,6 @@ SPEC = ModalitySpec(
     progress_unit="frames",
     loci=Ref("mediafleet.adapters.video:video_loci"),
     caller_shape=Ref("mediafleet.adapters.caller:video_shape"),
+    summary=Ref("mediafleet.report.text:video_summary"),
     opencv=True,  # scenedetect
 )
