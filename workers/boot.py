@@ -150,7 +150,7 @@ class Steadiness:
 
     After an outage of Redis longer than the presence TTL every worker's presence has expired at
     once; the live workers announce themselves again within one heartbeat of its return, so a
-    worker that waits out one TTL of unbroken beats first never takes their running jobs for lost.
+    worker that waits out one TTL of unbroken beats first does not take their running jobs for lost.
     A worker just started waits likewise (the others, already steady, recover meanwhile).
     """
 
