@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.contract.digests import blob_ref
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.workers.registry import for_modality
 
@@ -98,7 +99,7 @@ def video_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, 
 
 def _thumbnail_ref(props: Mapping[str, Any]) -> str | None:
     digest = props.get("thumbnail")
-    return "blob:" + digest.removeprefix("sha256:") if isinstance(digest, str) else None
+    return blob_ref(digest) if isinstance(digest, str) else None
 
 
 def image_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:

@@ -16,9 +16,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from mediafleet.contract.addresses import AddressKind, address_kind
+from mediafleet.contract.common import Strict
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, LimitExceeded
 
 __all__ = [
@@ -40,10 +41,6 @@ PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class Modality(StrEnum):
     """One member per modality: its models are listed in ``contract/results.py``, everything else
     about it in its spec (``workers/<modality>/spec.py``)."""
@@ -63,7 +60,7 @@ class DeviceClass(StrEnum):
     GPU = "gpu"
 
 
-class Limits(_Strict):
+class Limits(Strict):
     """Upper bounds checked before (bytes) and while (the rest, from the container) decoding."""
 
     max_bytes: PositiveInt
@@ -72,7 +69,7 @@ class Limits(_Strict):
     max_duration_s: PositiveFloat | None = None
 
 
-class TimeLimits(_Strict):
+class TimeLimits(Strict):
     soft_s: PositiveFloat
     hard_s: PositiveFloat
 
@@ -83,14 +80,14 @@ class TimeLimits(_Strict):
         return self
 
 
-class Engine(_Strict):
+class Engine(Strict):
     """The engine a capability runs: its import name and the versions the fleet accepts."""
 
     name: str
     version: str = Field(description="PEP 440 specifier the installed engine must satisfy")
 
 
-class OptionRule(_Strict):
+class OptionRule(Strict):
     """What values a request may give one option; an option without a rule is refused."""
 
     choices: list[str | int | float | bool] | None = None
@@ -120,7 +117,7 @@ class OptionRule(_Strict):
         return True
 
 
-class Capability(_Strict):
+class Capability(Strict):
     """One thing the fleet can do, named by the callers' action."""
 
     action: str
@@ -205,7 +202,7 @@ class Capability(_Strict):
         )
 
 
-class Manifest(_Strict):
+class Manifest(Strict):
     format: str = MANIFEST_FORMAT
     capabilities: dict[str, Capability]
 

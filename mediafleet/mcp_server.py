@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import io
 import json
 import logging
@@ -50,6 +49,7 @@ from typing import Any
 from mediafleet.adapters.bundle import with_claims
 from mediafleet.adapters.caller import caller_response, failure_response, inline_wanted
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
+from mediafleet.contract.digests import digest_of_ref, hash_bytes
 from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
@@ -94,7 +94,6 @@ DEFAULT_MAX_INLINE_BYTES = 64 * 1024 * 1024
 DEFAULT_WAIT_S = 50.0
 _ARTIFACT_PARAMS = frozenset({"digest", "media_type", "artifact_b64", "blob_ref"})
 _ARGUMENTS = frozenset({"action", "params_json"})
-_BLOB_REF = re.compile(r"(?:blob:|sha256:)([0-9a-f]{64})")
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]{0,126}/[A-Za-z0-9][\w!#$&^.+-]{0,126}(?:\s*;[ -~]{0,128})?",
                          re.ASCII)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -290,12 +289,11 @@ class SidecarTools:
             raise _refuse("give exactly one of artifact_b64 (the bytes) and blob_ref (a blob the fleet holds)")
         if "blob_ref" in params:
             ref = params["blob_ref"]
-            ref_match = _BLOB_REF.fullmatch(ref) if isinstance(ref, str) else None
-            if ref_match is None:
+            digest = digest_of_ref(ref) if isinstance(ref, str) else None
+            if digest is None:
                 raise _refuse("blob_ref must be 'blob:' and 64 lowercase hex characters")
-            digest = "sha256:" + ref_match.group(1)
             given = params.get("digest")
-            if not isinstance(given, str) or given.lower().removeprefix("sha256:") != ref_match.group(1):
+            if not isinstance(given, str) or "sha256:" + given.lower().removeprefix("sha256:") != digest:
                 raise _refuse("blob_ref and digest name different artifacts")
             claims = CallerClaims(digest=given.lower(), digest_form="sha256", digest_check="sha256_of_bytes")
             return _Request(digest, media_type, None, options, claims)
@@ -314,9 +312,9 @@ class SidecarTools:
             data = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise _refuse("artifact_b64 is not valid base64 (standard alphabet, padded)") from None
-        sha256_hex = hashlib.sha256(data).hexdigest()
-        claims = caller_digest.check(params.get("digest"), data, sha256_hex, self._owners)
-        return _Request("sha256:" + sha256_hex, media_type, data, options, claims)
+        digest = hash_bytes(data)
+        claims = caller_digest.check(params.get("digest"), data, digest.removeprefix("sha256:"), self._owners)
+        return _Request(digest, media_type, data, options, claims)
 
     def _run(self, request: _Request, capability: Capability) -> EvidenceBundle:
         kwargs: dict[str, Any] = {"action": capability.action, "media_type": request.media_type,
@@ -382,7 +380,9 @@ class SidecarTools:
         return inline
 
     def _png(self, blob_ref: str) -> bytes | None:
-        digest = "sha256:" + blob_ref.removeprefix("blob:")
+        digest = digest_of_ref(blob_ref)
+        if digest is None:
+            return None
         try:
             with self.dispatcher.store.verified_path(digest) as path:
                 data = path.read_bytes()

@@ -7,10 +7,9 @@ bulk bytes. Tests may pass a :class:`MemorySink`.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Protocol
 
-from mediafleet.contract.common import sha256_digest
+from mediafleet.contract.digests import hash_bytes
 
 __all__ = ["BlobSink", "MemorySink", "StoreSink"]
 
@@ -41,6 +40,6 @@ class MemorySink:
         self.blobs: dict[str, bytes] = {}
 
     def put(self, data: bytes) -> str:
-        digest = sha256_digest(hashlib.sha256(data).hexdigest())
+        digest = hash_bytes(data)
         self.blobs[digest] = data
         return digest

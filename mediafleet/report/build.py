@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.contract.digests import digest_of_ref
 from mediafleet.contract.errors import IntegrityError
 from mediafleet.blobstore import BlobStore, hash_file
 from mediafleet.report import media
@@ -184,7 +185,8 @@ def _timeline(evidence: list[dict[str, Any]], inputs: ReportInputs, media_type: 
     images: dict[str, str] = {}
     for key in keyframes:
         ref = key.pop("image_blob_ref", None)
-        data = inputs.blob("sha256:" + ref.removeprefix("blob:")) if isinstance(ref, str) else None
+        digest = digest_of_ref(ref) if isinstance(ref, str) else None
+        data = inputs.blob(digest) if digest is not None else None
         if data is not None:
             name = f"mf-frame-{key['address']['start_frame']}"
             images[name] = media.data_uri(data, key.get("image_media_type") or "image/jpeg")

@@ -25,7 +25,6 @@ detector stays. There is no fallback: without the wheel the engine is unavailabl
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from importlib import metadata
@@ -34,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from mediafleet.contract.common import ModelRef, sha256_digest
+from mediafleet.contract.common import ModelRef
+from mediafleet.contract.digests import hash_file
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
 from mediafleet.workers.engines import engine_config
@@ -133,7 +133,7 @@ class OcrEngine:
         refs = []
         for name in names:
             if name not in self._digests:
-                self._digests[name] = sha256_digest(hashlib.sha256(self._model_paths[name].read_bytes()).hexdigest())
+                self._digests[name] = hash_file(self._model_paths[name])
             dist, file = self._sources[name]
             refs.append(ModelRef(name=f"{dist} {_version(dist) or 'unknown'}: {file}", digest=self._digests[name]))
         return refs
