@@ -55,3 +55,22 @@ def marked_pdf(marker: str, pages: int = 1, salt: str = "") -> bytes:
     doc.close()
     assert marker.encode() in data
     return data
+
+
+def scanned(pdf: bytes, pages: set[int] | None = None, *, dpi: int = 200, stamp: str | None = None) -> bytes:
+    """``pdf`` with the pages in ``pages`` (1-based; all when None) replaced by their scans."""
+    src = pymupdf.open(stream=pdf, filetype="pdf")
+    out = pymupdf.open()
+    for index, page in enumerate(src):
+        if pages is None or index + 1 in pages:
+            pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+            new = out.new_page(width=page.rect.width, height=page.rect.height)
+            new.insert_image(new.rect, pixmap=pix)
+            if stamp:
+                new.insert_text((new.rect.width - 60, new.rect.height - 20), stamp, fontsize=7)
+        else:
+            out.insert_pdf(src, from_page=index, to_page=index)
+    data = out.tobytes(garbage=3, deflate=True)
+    out.close()
+    src.close()
+    return data

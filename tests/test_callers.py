@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from mediafleet.contract.errors import IntegrityError
+
 from mediafleet import caller_digest
 from mediafleet.settings import Settings
+from tests.conftest import ROOT
 from tests.engine import engine_blob_store
+from tests.mcp_client import Caller, mcp_server, server_env
 from tests.media import text_pdf
-from tests.test_mcp import ROOT, Caller, mcp_server, server_env
 
 SAMPLES = ROOT / "mediafleet" / "samples"
 DATA = ROOT / "tests" / "data"

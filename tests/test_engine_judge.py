@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from mediafleet.contract import EvidenceBundle
+
 from mediafleet import Dispatcher, Settings
 from tests.engine import with_engine_client
 from tests.helpers import assert_engine_valid
-from tests.test_ocr_pdf import scanned
+from tests.media import scanned
 
 pytestmark = pytest.mark.integration
 

@@ -10,35 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from mediafleet.contract import ErrorCode, LimitExceeded, Limits, PdfOptions, TextBox
-from mediafleet import Dispatcher, Settings
-from tests.helpers import assert_engine_valid, without_run
-from tests.media import page_lines, text_pdf
 from mediafleet.workers.pdf.classify import ocr_reason
 from mediafleet.workers.pdf.mupdf import pymupdf
 from mediafleet.workers.pdf.textlayer import extract_pdf
 
+from mediafleet import Dispatcher, Settings
+from tests.helpers import assert_engine_valid, without_run
+from tests.media import page_lines, scanned, text_pdf
+
 LIMITS = Limits(max_bytes=1 << 30, max_pages=100, max_pixels=50_000_000)
-
-
-def scanned(pdf: bytes, pages: set[int] | None = None, *, dpi: int = 200, stamp: str | None = None) -> bytes:
-    """``pdf`` with the pages in ``pages`` (1-based; all when None) replaced by their scans."""
-    src = pymupdf.open(stream=pdf, filetype="pdf")
-    out = pymupdf.open()
-    for index, page in enumerate(src):
-        if pages is None or index + 1 in pages:
-            pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
-            new = out.new_page(width=page.rect.width, height=page.rect.height)
-            new.insert_image(new.rect, pixmap=pix)
-            if stamp:
-                new.insert_text((new.rect.width - 60, new.rect.height - 20), stamp, fontsize=7)
-        else:
-            out.insert_pdf(src, from_page=index, to_page=index)
-    data = out.tobytes(garbage=3, deflate=True)
-    out.close()
-    src.close()
-    return data
 
 
 def black_page_pdf() -> bytes:

@@ -13,7 +13,7 @@ import pytest
 from mediafleet.contract.errors import ErrorCode, InputRejected
 from mediafleet.contract.manifest import default_manifest
 from mediafleet.contract.video import VideoOptions
-from tests.test_video_clips import write_clip
+from tests.clips import write_clip
 from mediafleet.workers.video.extract import extract_keyframes
 
 LIMITS = default_manifest().capability("extract_keyframes").limits

@@ -28,7 +28,7 @@ from mediafleet.contract.manifest import Limits, default_manifest
 from mediafleet.contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid
-from tests.test_video_clips import Clip, write_clip
+from tests.clips import Clip, write_clip
 from mediafleet.workers.sink import MemorySink
 from mediafleet.workers.parts import join_inline
 from mediafleet.workers.video.decode import FrameReader

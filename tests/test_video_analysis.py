@@ -21,7 +21,7 @@ from scenedetect.scene_manager import compute_downscale_factor
 
 from mediafleet.contract.errors import InputRejected
 from mediafleet.contract.manifest import Limits
-from tests.test_video_clips import write_clip
+from tests.clips import write_clip
 from mediafleet.workers.video import decode
 from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.probe import open_video

@@ -10,7 +10,7 @@ from mediafleet.contract.errors import ErrorCode
 from mediafleet import Dispatcher, Settings
 from mediafleet.blobstore import LocalBlobStore
 from tests.helpers import assert_engine_valid, without_run
-from tests.test_video_clips import write_clip
+from tests.clips import write_clip
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from mediafleet.contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
 from mediafleet.jobstore import JobStore
 from tests.helpers import wait_for, without_run
-from tests.test_video_clips import write_clip
+from tests.clips import write_clip
 from mediafleet.workers.parts import join, speech_part
 from mediafleet.workers.video.extract import extract_keyframes
 

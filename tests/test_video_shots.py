@@ -17,7 +17,7 @@ from scenedetect.scene_manager import SceneManager
 
 from mediafleet.contract.manifest import Limits
 from mediafleet.contract.video import VideoOptions, VideoResult
-from tests.test_video_clips import write_clip
+from tests.clips import write_clip
 from mediafleet.workers.video.extract import extract_keyframes
 from mediafleet.workers.video.shots import AnalysisFrames, build_detector
 

@@ -89,7 +89,7 @@ def test_a_full_disk_on_a_worker_fails_its_job_retryably(small_disk: Path, tmp_p
     from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
     from mediafleet.contract.manifest import default_manifest
     from mediafleet.blobstore import LocalBlobStore
-    from tests.test_video_clips import write_clip
+    from tests.clips import write_clip
     from mediafleet.workers.runner import run_request
 
     clip = tmp_path / "clip.mp4"
