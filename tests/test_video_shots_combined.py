@@ -17,7 +17,7 @@ from mediafleet.contract.video import VideoOptions, VideoResult
 from mediafleet.workers.video.combined import CombinedDetector, max_transition_frames
 from mediafleet.workers.video.extract import extract_keyframes
 from mediafleet.workers.video.shots import build_segmenter
-from tests.test_video_clips import scene_frame
+from tests.clips import scene_frame
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 W, H = 320, 180
@@ -99,7 +99,7 @@ def test_a_dissolve_is_a_transition_with_its_frames(tmp_path: Path) -> None:
     result = run(write_frames(tmp_path / "dissolve.mp4", frames))
     (s1, t, s2) = result.shots
     assert t.kind == "transition" and t.transition == "dissolve"
-    assert abs(t.first_frame_index - 40) <= 1 and abs(t.last_frame_index - 54) <= 1
+    assert (t.first_frame_index, t.last_frame_index) == (40, 54)  # exactly the blended frames
     assert s1.last_frame_index + 1 == t.first_frame_index and t.last_frame_index + 1 == s2.first_frame_index
     assert s1.end_ms == t.start_ms and t.end_ms == s2.start_ms
     assert [k.shot for k in result.keyframes] == [1, 3]  # a transition has no keyframe

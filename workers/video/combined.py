@@ -3,32 +3,35 @@
 Every signal comes from the analysis frame the pass already makes for sharpness and keyframes (the
 small BGR frame of :class:`~mediafleet.workers.video.shots.AnalysisFrames`), once per frame:
 
-* **content**: the mean absolute colour change between consecutive frames on a 64-pixel thumbnail
+* **content**: the mean absolute colour change between consecutive frames on a ~64-pixel thumbnail
   (``mad``), and the share of analysis-frame pixels whose grey level moved by more than
-  :data:`PIXEL_DELTA` (``pix``: a few lines added to a slide move 1-3 % of the pixels and nothing
-  else does between two stills);
+  :data:`PIXEL_DELTA` (``pix``: a line added to a slide moves 1-3 % of the pixels, and nothing else
+  does between two stills);
 * **histogram**: the total-variation distance between consecutive 8x8x8 colour histograms of the
   thumbnail (blind to motion: a pan keeps its histogram, a cut does not);
-* **edges and contrast**: the grey standard deviation of the thumbnail, whose linear ramp to or from
-  a near-uniform frame is what a fade is (the sharpness measure, the variance of the Laplacian,
-  falls with it);
-* **perceptual hash**: only where a fade through black must be told apart from a fade inside a shot
-  (the same picture on both sides: a 64-bit DCT hash of the thumbnail's grey, few bits apart).
+* **contrast**: the thumbnail's grey standard deviation, whose ramp to or from a near-uniform frame
+  is what a fade is;
+* and, only where a decision needs them, a 64-bit DCT **perceptual hash**, a 32-bin grey histogram
+  and the **edge** change ratio (Canny edges that appear or vanish) of the two frames in question.
 
 Decisions, each made :data:`LOOKAHEAD` frames late so that what follows a frame is known:
 
 * a **cut** at frame ``t`` is a step: ``mad`` at ``t`` at least :data:`CUT_RATIO` times its
-  neighbours' (two frames each side; or the histogram or pixel step with a weaker content step),
-  and persistent: ``t`` unlike every one of the :data:`LOOKAHEAD` frames before ``t - 1``, and
-  ``t - 1`` unlike every one after ``t``, so a flash of up to that many frames (which returns to
-  the picture it left) or the first and last frames of one is never a cut;
-* a **gradual transition** opens where ``mad`` rises well above the level of the frames since the
-  last boundary and closes where it falls back (or, once the picture went near-uniform, where the
-  grey contrast stops rising). It is kept when the frames before and after it differ (as a cut's
-  would), the path between them is nearly straight (a dissolve or a wipe moves each pixel once,
-  motion moves it back and forth) and its frames are a blend of the two (dissolve, fade) or a
-  pixel-wise choice between them (wipe). A fade to a near-uniform frame and back to the same
-  picture is inside a shot and reports nothing, the cuts found in it included.
+  neighbours' (two frames each side; the two frames either side of a pair of big steps, where the
+  new shot's first frame is unlike its second; or a histogram or pixel step with a weaker content
+  step), and persistent: ``t`` unlike every one of the :data:`LOOKAHEAD` frames before ``t - 1``,
+  and ``t - 1`` unlike every one after ``t``, so neither end of a flash of up to that many frames
+  (which returns to the picture it left) is a cut. A small step (under :data:`STRONG_MAD`:
+  near-identical pictures, like two slides) must also move some pixels by :data:`PIXEL_DELTA` (a
+  codec's refresh moves every pixel a little) and show in at least two of the perceptual hash,
+  the grey histogram and the edges (a counter ticking in a still picture shows in none);
+* a **gradual transition** opens where ``mad`` rises well above its level since the last boundary
+  and closes where it falls back (or, once the picture went near-uniform, where the contrast stops
+  rising). It is kept when the frames before and after it differ (as a cut's would), the path
+  between them is nearly straight (a dissolve or a wipe moves each pixel once, motion moves it
+  back and forth) and its frames are a blend of the two (dissolve; a fade where one side is
+  near-uniform) or a pixel-wise choice between them (wipe). A fade to a near-uniform frame and back
+  to the same picture (by content or perceptual hash) is inside a shot and reports nothing.
 
 A transition reports its own frames: the shot before it ends where it starts and the next starts
 after its last frame (:class:`Boundary`). A candidate longer than the detector's ``max_transition``
@@ -80,14 +83,16 @@ HASH_BITS, GREY_HIST, EDGE_CHANGE = 5, 0.012, 0.075
 BASELINE_FRAMES = 10
 ENTER_ABS, ENTER_K, ENTER_C = 1.5, 2.0, 1.0
 STAY_ABS, STAY_SHARE = 1.0, 0.6
-MONO_ABS, MONO_SHARE = 3.0, 0.12  # near-uniform: grey std under this, or this share of the picture's
+# Near-uniform (what a fade passes through): a grey std under MONO_SHARE of the picture's before,
+# and either under MONO_ABS or dark (mean grey under DARK: black with a caption left on it).
+MONO_ABS, MONO_SHARE, DARK = 4.0, 0.12, 32.0
 MONO_HOLD = 12  # a near-uniform stretch this long ends a fade-out (the uniform frames are a shot)
 PLATEAU = 0.97  # a fade-in is over when the contrast reaches this share of the next frames'
 MIN_TRANSITION = 3
 MIN_CHANGE = 5.0  # mad between the frames before and after a transition
 STRAIGHT_MIN = 0.4
 RESIDUAL_MAX = 0.35
-FADE_SHARE = 0.25  # a side with under this share of the other's contrast makes a dissolve a fade
+FADE_SHARE = 0.25  # a near-uniform side with under this share of the other's contrast: a fade
 SAME_SHOT = 0.3  # a fade's two sides within this share of their change to the uniform frame
 SAME_HASH_BITS = 6
 MAX_TRANSITION = 60
@@ -109,6 +114,7 @@ class FrameSignals:
     thumb: np.ndarray  # the ~64-pixel colour thumbnail (float32)
     hist: np.ndarray  # its normalised 8x8x8 colour histogram
     std: float  # the thumbnail's grey standard deviation
+    mean: float  # and its mean
 
 
 def frame_signals(small_bgr: np.ndarray, grey: np.ndarray) -> FrameSignals:
@@ -121,8 +127,8 @@ def frame_signals(small_bgr: np.ndarray, grey: np.ndarray) -> FrameSignals:
     hist = cv2.calcHist([thumb], [0, 1, 2], None, [8, 8, 8], [0, 256, 0, 256, 0, 256]).ravel()
     hist /= max(1.0, float(hist.sum()))
     thumb_grey = cv2.cvtColor(thumb, cv2.COLOR_BGR2GRAY)
-    std = float(cv2.meanStdDev(thumb_grey)[1][0, 0])
-    return FrameSignals(grey, thumb.astype(np.float32), hist, std)
+    mean, std = cv2.meanStdDev(thumb_grey)
+    return FrameSignals(grey, thumb.astype(np.float32), hist, float(std[0, 0]), float(mean[0, 0]))
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,7 @@ class CombinedDetector:
         self._pix = array("d")
         self._hist = array("d")
         self._std = array("d")
+        self._mean = array("d")
         self._thumbs: dict[int, np.ndarray] = {}
         self._greys: dict[int, np.ndarray] = {}
         self._last_grey: np.ndarray | None = None
@@ -214,6 +221,7 @@ class CombinedDetector:
             assert self._last_hist is not None
             self._hist.append(0.5 * float(np.abs(signals.hist - self._last_hist).sum()))
         self._std.append(signals.std)
+        self._mean.append(signals.mean)
         self._thumbs[index] = signals.thumb
         self._greys[index] = grey
         self._last_grey, self._last_hist = grey, signals.hist
@@ -313,6 +321,9 @@ class CombinedDetector:
         self._out.append(Boundary(t, "shot"))
         self._last_cut = t
 
+    def _uniform(self, t: int) -> bool:
+        return self._std[t] < MONO_ABS or self._mean[t] < DARK
+
     def _baseline(self, t: int) -> float | None:
         first = max(self._last_cut + 1, t - BASELINE_FRAMES)
         if t - first < 3:
@@ -329,7 +340,7 @@ class CombinedDetector:
                 self._release(candidate)
                 self._cut(t)
             return
-        mono = self._std[t] < max(MONO_ABS, MONO_SHARE * candidate.std_before)
+        mono = self._std[t] < MONO_SHARE * candidate.std_before and self._uniform(t)
         if mono:
             if candidate.mono_first is None:
                 candidate.mono_first = t
@@ -342,7 +353,7 @@ class CombinedDetector:
                 else:
                     self._release(candidate)
                 return
-        elif candidate.mono_first is not None or candidate.std_before < MONO_ABS:
+        elif candidate.mono_first is not None or self._uniform(candidate.start - 1):
             # Fading in: over where the contrast stops rising.
             ahead = self._std[t + 1 : t + 1 + 5]
             if not ahead or self._std[t] >= PLATEAU * statistics.median(ahead):
@@ -353,8 +364,9 @@ class CombinedDetector:
             level = statistics.median(self._mad[candidate.start : t]) if t > candidate.start else self._mad[t]
             stay = max(STAY_ABS, STAY_SHARE * level)
             if self._mad[t] < stay and (t + 1 >= self._count or self._mad[t + 1] < stay):
+                # The last raised step (at t - 1) is the one into the next shot's first frame.
                 self._candidate = None
-                self._close(candidate, t - 1)
+                self._close(candidate, t - 2)
                 return
         if t - candidate.start + 1 > self.max_transition:
             self._candidate = None
@@ -406,8 +418,8 @@ class CombinedDetector:
         dissolve, wipe = dissolve / len(picks), wipe / len(picks)
         if min(dissolve, wipe) > RESIDUAL_MAX * change:
             return None
-        low, high = sorted((self._std[first - 1], self._std[last + 1]))
-        if low < max(MONO_ABS, FADE_SHARE * high):  # one side (near-)uniform: a fade in or out
+        (low, side), (high, _) = sorted(((self._std[first - 1], first - 1), (self._std[last + 1], last + 1)))
+        if low < FADE_SHARE * high and self._uniform(side):  # one side near-uniform: a fade in or out
             return "fade"
         return "wipe" if wipe < dissolve else "dissolve"
 
