@@ -189,19 +189,32 @@ return 1
 
 
 # KEYS[1] record, KEYS[2] the started set, KEYS[3] the presence key of the worker the caller saw the
-# record name; ARGV[1] job id, ARGV[2] now, ARGV[3] seconds, ARGV[4] that worker's hostname. A job
-# started on a worker whose heartbeat has gone (its presence key expired) and whose record has not
-# moved for ARGV[3] seconds is queued again, once: returns its token (to send it with), else false.
+# record name; ARGV[1] job id, ARGV[2] now, ARGV[3] seconds, ARGV[4] that worker's hostname, ARGV[5]
+# the heartbeat interval. A job whose record has not moved for ARGV[3] seconds and names a worker
+# whose heartbeat has gone (its presence key expired), or whose latest beat, at least one heartbeat
+# after the record last moved, lists the jobs it holds without this one, is queued again, once:
+# returns its token (to send it with), else false. A beat that lists nothing (an older worker, or
+# one that could not tell) never lets a job of a live worker be taken.
 _RECOVER = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'started' then
   redis.call('SREM', KEYS[2], ARGV[1])
   return false
 end
-if (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[4] or redis.call('EXISTS', KEYS[3]) == 1 then
+if (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[4] then
   return false
 end
-if tonumber(ARGV[2]) - tonumber(redis.call('HGET', KEYS[1], 'updated_at') or '0') < tonumber(ARGV[3]) then
+local updated = tonumber(redis.call('HGET', KEYS[1], 'updated_at') or '0')
+if tonumber(ARGV[2]) - updated < tonumber(ARGV[3]) then
   return false
+end
+local beat = redis.call('GET', KEYS[3])
+if beat then
+  local ok, worker = pcall(cjson.decode, beat)
+  if not ok or type(worker) ~= 'table' or type(worker['running']) ~= 'table' then return false end
+  if tonumber(worker['at'] or 0) - updated < tonumber(ARGV[5]) then return false end
+  for _, id in ipairs(worker['running']) do
+    if id == ARGV[1] then return false end
+  end
 end
 redis.call('HSET', KEYS[1], 'state', 'queued', 'hostname', '', 'pid', '', 'lost_worker', ARGV[4],
            'updated_at', ARGV[2])
@@ -439,15 +452,17 @@ class JobStore:
         return self._members(_STARTED, JobState.STARTED)
 
     def requeue_lost(self, record: JobRecord, quiet_s: float) -> str | None:
-        """Queue a started job again when the worker it names has lost its heartbeat and the record
-        has not moved for ``quiet_s`` seconds (a lost node); returns the token to send it with, once,
-        or None."""
-        from mediafleet.presence import worker_key
+        """Queue a started job again when the record has not moved for ``quiet_s`` seconds and the
+        worker it names has lost its heartbeat (a lost node), or still beats but no longer holds the
+        job, as its latest beat, a heartbeat or more after the record last moved, says (the job's
+        outcome was lost, e.g. with a Redis crash, or the worker restarted under the same name);
+        returns the token to send it with, once, or None."""
+        from mediafleet.presence import HEARTBEAT_S, worker_key
 
         if record.hostname is None:
             return None
         token = self._recover(keys=[self.key(record.job_id), _STARTED, worker_key(record.hostname)],
-                              args=[record.job_id, time.time(), quiet_s, record.hostname])
+                              args=[record.job_id, time.time(), quiet_s, record.hostname, HEARTBEAT_S])
         return token.decode() if isinstance(token, bytes) else token
 
     def mark_sent(self, job_id: str) -> None:

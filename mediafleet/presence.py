@@ -3,7 +3,9 @@
 Each worker's main process announces itself in Redis (``mediafleet:worker:<hostname>``) when it is
 ready and every ``HEARTBEAT_S`` after; the key expires ``TTL_S`` after the last beat, so a worker
 killed outright drops out within that time. The dispatcher routes on this, with no broadcast round
-trip per submit.
+trip per submit. A worker's beat also lists the jobs it holds (``running``: reserved or executing),
+so a record that names a live worker which no longer holds the job (its outcome lost with a Redis
+crash, or the worker restarted under the same name) can be told from a job that is still running.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +54,17 @@ def live_workers(client: Any) -> list[LiveWorker]:
 class Announcer:
     """A daemon thread in the worker's main process that keeps its presence key alive.
 
-    ``on_beat`` runs after each beat (the worker releases jobs held for want of a worker).
+    ``on_beat`` runs after each beat (the worker releases jobs held for want of a worker);
+    ``running`` gives the ids of the jobs the worker holds now, or None when it cannot tell (the
+    beat then lists none, and nobody takes the worker's started jobs for lost while it beats).
     """
 
     def __init__(self, client: Any, hostname: str, device: str, queues: list[str],
-                 on_beat: Callable[[], None] | None = None) -> None:
+                 on_beat: Callable[[], None] | None = None,
+                 running: Callable[[], Iterable[str] | None] | None = None) -> None:
         self._client = client
         self._on_beat = on_beat
+        self._running = running
         self._key = worker_key(hostname)
         self._body = {"hostname": hostname, "device": device, "queues": sorted(queues), "pid": os.getpid()}
         self._stop = threading.Event()
@@ -76,7 +82,11 @@ class Announcer:
             pass
 
     def _beat(self) -> None:
-        self._client.set(self._key, json.dumps({**self._body, "at": time.time()}), ex=TTL_S)
+        body: dict[str, Any] = {**self._body, "at": time.time()}
+        held = self._running() if self._running is not None else None
+        if held is not None:
+            body["running"] = sorted(held)
+        self._client.set(self._key, json.dumps(body), ex=TTL_S)
         if self._on_beat is not None:
             self._on_beat()
 

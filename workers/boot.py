@@ -34,7 +34,7 @@ from mediafleet.jobstore import JobStore
 from mediafleet.presence import HEARTBEAT_S, TTL_S, Announcer
 from mediafleet.settings import Settings
 
-__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "boot_worker", "recover_lost", "release_held",
+__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "boot_worker", "held_jobs", "recover_lost", "release_held",
            "worker_lifecycle"]
 
 log = logging.getLogger("mediafleet.worker")
@@ -123,7 +123,7 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
         jobs = job_store(app)
         queues = [q.name for q in sender.task_consumer.queues]
         announcer = Announcer(jobs.client, sender.hostname, settings.device.value, queues,
-                              on_beat=_on_beat(app, jobs, manifest, settings))
+                              on_beat=_on_beat(app, jobs, manifest, settings), running=held_jobs)
         announcer.start()
         announcers.append(announcer)
 
@@ -142,6 +142,24 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
         retire()
         for signal, receiver in wired:
             signal.disconnect(receiver)
+
+
+def held_jobs() -> list[str] | None:
+    """The ids of the jobs this worker holds now (prefetched or running: their task ids are their
+    job ids), from Celery's worker state in the main process; None when it cannot tell.
+
+    A heartbeat lists them, so a record naming this live worker for a job it no longer holds (its
+    outcome lost with a Redis crash, or this worker restarted under the same name) is recovered
+    like a lost node's, while a job it still runs, however long, is not.
+    """
+    from celery.worker import state
+
+    for _ in range(3):
+        try:
+            return sorted({r.id for r in (*state.reserved_requests, *state.active_requests)})
+        except RuntimeError:  # a set changed while it was read (the consumer thread): read again
+            continue
+    return None
 
 
 class Steadiness:
