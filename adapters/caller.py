@@ -83,7 +83,10 @@ def video_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, 
     keyframes: list[dict[str, Any]] = []
     for address, props in _evidence(bundle):
         if address["kind"] == "video_time_range":
-            shots.append({"start_ms": address["start_ms"], "end_ms": address["end_ms"]})
+            shot: dict[str, Any] = {"start_ms": address["start_ms"], "end_ms": address["end_ms"]}
+            if isinstance(props.get("label"), str):  # a transition: "transition:<kind>"
+                shot["label"] = props["label"]
+            shots.append(shot)
         elif address["kind"] == "frame_range":
             keyframe: dict[str, Any] = {"start_frame": address["start_frame"], "end_frame": address["end_frame"]}
             png = inline.get(props.get("image_blob_ref", ""))

@@ -75,7 +75,11 @@ def parse_audio(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def parse_video(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``shots: [{start_ms, end_ms, label?, confidence?}]``, ``keyframes: [{start_frame, end_frame?, png_b64?}]``."""
-    shots = [{"start_ms": integer(s["start_ms"]), "end_ms": integer(s["end_ms"])} for s in data["shots"]]
+    shots = []
+    for s in data["shots"]:
+        assert s.get("label") is None or isinstance(s["label"], str)
+        shots.append({"start_ms": integer(s["start_ms"]), "end_ms": integer(s["end_ms"]),
+                      **({"label": s["label"]} if "label" in s else {})})
     keyframes = []
     for key in data["keyframes"]:
         start = integer(key["start_frame"])
@@ -459,7 +463,7 @@ def test_transcribe_media_gives_timed_segments_of_jfk(caller: Caller, corpus: Pa
 @pytest.mark.skipif(not declared("extract_keyframes"), reason="the extract_keyframes capability has not landed")
 def test_video_keyframes_gives_shots_and_png_keyframes_of_testvideo(caller: Caller, corpus: Path) -> None:
     mp4 = (corpus / "video" / "testvideo.mp4").read_bytes()
-    data, is_error = caller.call("video_keyframes", artifact(mp4, "video/mp4"))
+    data, is_error = caller.call("video_keyframes", artifact(mp4, "video/mp4", detector="adaptive"))
     assert not is_error, data
     shots, keyframes = parse_video(data)
     # AdaptiveDetector's upstream cuts (0-based) [30, 180, 394, 691]: five shots, 720 frames at 29.97 fps.
@@ -481,6 +485,31 @@ def test_video_keyframes_gives_shots_and_png_keyframes_of_testvideo(caller: Call
     assert [a for a in addresses if a["kind"] == "video_time_range"] == loci
     assert [a for a in addresses if a["kind"] == "frame_range"] == frames
     assert assert_engine_valid(bundle) == len(loci) + len(frames)
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not declared("extract_keyframes"), reason="the extract_keyframes capability has not landed")
+def test_video_keyframes_by_default_says_the_transitions_of_testvideo(caller: Caller, corpus: Path) -> None:
+    """The default (combined) detector on upstream's test video: the two hard cuts AdaptiveDetector
+    finds too (frames 30 and 180, 0-based), and the fades and the dissolve it reports as cuts or
+    misses, each its own entry labelled with its kind; the shots before and after meet it."""
+    mp4 = (corpus / "video" / "testvideo.mp4").read_bytes()
+    data, is_error = caller.call("video_keyframes", artifact(mp4, "video/mp4"))
+    assert not is_error, data
+    shots, keyframes = parse_video(data)
+    bundle = bundle_of(data)
+    nodes = [n.properties for n in bundle.nodes
+             if n.node_type == "Evidence" and n.properties["locus_kind"] == "video_time_range"]
+    assert [p["start_frame"] for p in nodes] == [1, 31, 181, 212, 241, 332, 359, 395, 424, 530, 559, 665, 694]
+    fade, dissolve = "transition:fade", "transition:dissolve"
+    assert [s.get("label") for s in shots] == [None, None, None, fade, None, fade, None, fade, None, dissolve,
+                                               None, fade, None]
+    transitions = [(p["start_frame"], p["end_frame"]) for p in nodes if p.get("label", "").startswith("transition:")]
+    assert transitions == [(212, 240), (332, 358), (395, 423), (530, 558), (665, 693)]
+    assert shots[1]["start_ms"] == round(30 * 1001 / 30)
+    assert all(a["end_ms"] == b["start_ms"] for a, b in zip(shots, shots[1:]))
+    assert len(keyframes) == len(shots) - len(transitions)  # a transition has no keyframe
+    assert assert_engine_valid(bundle) == len(shots) + len(keyframes)
 
 
 @pytest.mark.skipif(not declared("extract_keyframes"), reason="the extract_keyframes capability has not landed")
