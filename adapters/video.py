@@ -12,6 +12,7 @@ from __future__ import annotations
 from mediafleet.adapters.audio import segment_loci
 from mediafleet.adapters.drafts import Bounds, LocusDraft
 from mediafleet.contract.addresses import FrameRange, VideoTimeRange
+from mediafleet.contract.digests import blob_ref
 from mediafleet.contract.video import VideoResult
 
 __all__ = ["MEDIA_TIMELINE", "video_loci"]
@@ -70,7 +71,7 @@ def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
                 "frame_numbering": "1-based",
             }
             if key.image is not None:
-                props["image_blob_ref"] = "blob:" + key.image.removeprefix("sha256:")
+                props["image_blob_ref"] = blob_ref(key.image)
                 props["image_media_type"] = key.image_media_type
             if key.duplicate_of is not None:
                 props["near_duplicate_of_frame"] = result.keyframes[key.duplicate_of].frame_index + 1

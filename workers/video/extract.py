@@ -17,7 +17,6 @@ the calling thread. The extractor never reads the environment.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -29,7 +28,8 @@ from typing import Any
 import av
 import cv2
 
-from mediafleet.contract.common import Producer, sha256_digest
+from mediafleet.contract.common import Producer
+from mediafleet.contract.digests import hash_bytes
 from mediafleet.contract.errors import InternalError
 from mediafleet.contract.manifest import Limits
 from mediafleet.contract.video import (
@@ -150,7 +150,7 @@ class _Shots:
         if self.sink is not None:
             data, media_type = encode_image(image, self.options.keyframe_format)
             digest = self.sink.put(data)
-            if digest != sha256_digest(hashlib.sha256(data).hexdigest()):
+            if digest != hash_bytes(data):
                 raise InternalError("the blob sink returned a digest that does not match the image")
         return _Key(key.index, key.pts, key.sharpness, digest, media_type,
                     image.shape[1], image.shape[0], phash(image))
