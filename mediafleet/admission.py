@@ -1,0 +1,190 @@
+"""Admission: what every submission passes before any orchestration.
+
+Peek at the artifact (its first bytes and its size), sniff its type from the bytes (a claimed type
+of another modality is refused), check it against the manifest (fail closed), store it in the blob
+store (which hashes it), and name its job. Nothing here knows where the job will run: the
+in-process and the fleet orchestrator get the same admitted request, and a refusal is the same
+already-failed job for both.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO, TypedDict
+
+from mediafleet.adapters.ids import job_id as make_job_id
+from mediafleet.blobstore import BlobStore
+from mediafleet.contract.bundle import CallerClaims
+from mediafleet.contract.digests import hash_stream
+from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InputRejected, PublicError
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
+from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
+from mediafleet.job import Job, refused_job
+from mediafleet.settings import Settings
+from mediafleet.workers.engines import numerics
+from mediafleet.workers.extractor import ProgressFn
+
+__all__ = ["HEAD", "Admission", "Artifact", "Submission", "claims_for", "digest_of", "peek", "requested"]
+
+Artifact = bytes | str | Path | BinaryIO
+HEAD = 4096
+"""How many leading bytes the type is sniffed from."""
+
+
+class Submission(TypedDict, total=False):
+    """What :meth:`Dispatcher.submit` and :meth:`Dispatcher.submit_stored` take besides the artifact."""
+
+    action: str | None
+    """The callers' action (``ocr_pdf``...); inferred from the media type when None."""
+    media_type: str | None
+    """The type the caller claims: a hint. Bytes of another type of the same modality run as what
+    they are, and the bundle records the claim and the disagreement; a claim of another modality,
+    or of a type no capability knows, is refused (``media_type_mismatch``)."""
+    options: Mapping[str, Any] | None
+    """Capability options; anything the manifest does not declare is refused."""
+    priority: int | None
+    """0 (lowest) to 9 (highest) on the fleet; default 4."""
+    keep_result_s: int | None
+    """The caller's pickup window; the outcome is kept at least this long (and at least the
+    settings' ``result_ttl_s``)."""
+    progress: ProgressFn | None
+    """In-process only: called with (done, total) as the job advances."""
+    claims: CallerClaims | None
+    """What the caller's boundary already checked (its digest); recorded on this call's bundle
+    with the media-type claim."""
+
+
+def requested(request: Submission) -> tuple[str | None, str | None, dict[str, Any]]:
+    """The action, claimed type and options of a submission, after refusing keywords it does not name."""
+    unknown = set(request) - Submission.__optional_keys__
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+    return request.get("action"), request.get("media_type"), dict(request.get("options") or {})
+
+
+def peek(artifact: Artifact) -> tuple[bytes, int, BinaryIO]:
+    """The first bytes, the size and a stream positioned at the start (the caller closes it)."""
+    if isinstance(artifact, (bytes, bytearray, memoryview)):
+        data = bytes(artifact)
+        return data[:HEAD], len(data), io.BytesIO(data)
+    if isinstance(artifact, (str, Path)):
+        stream: BinaryIO = open(artifact, "rb")  # noqa: SIM115 - closed by the caller
+        size = Path(artifact).stat().st_size
+    else:
+        stream = artifact
+        stream.seek(0, io.SEEK_END)
+        size = stream.tell()
+        stream.seek(0)
+    head = stream.read(HEAD)
+    stream.seek(0)
+    return head, size, stream
+
+
+def digest_of(stream: BinaryIO) -> str:
+    """The digest of a whole stream (of an artifact refused before it was stored)."""
+    stream.seek(0)
+    return hash_stream(stream)
+
+
+def claims_for(claims: CallerClaims | None, claimed: str | None, sniffed: str | None) -> CallerClaims | None:
+    """The caller's claims for this call: its digest facts, and its media type against the bytes'."""
+    claimed_type = _base_type(claimed)
+    if claimed_type is None:
+        return claims
+    facts = {"media_type": claimed_type, "media_type_agrees": claimed_type == sniffed}
+    return (claims or CallerClaims()).model_copy(update=facts)
+
+
+class Admission:
+    """The checks, the store and the job naming of one dispatcher: the same for every orchestrator.
+
+    Args:
+        settings: the process's settings (threads and device class name the job).
+        manifest: the manifest in force; what it does not declare is refused.
+        store: where admitted artifacts are kept.
+        clock: the time refusals are stamped with.
+    """
+
+    def __init__(self, settings: Settings, manifest: Manifest, store: BlobStore,
+                 clock: Callable[[], datetime]) -> None:
+        self.settings = settings
+        self.manifest = manifest
+        self.store = store
+        self._clock = clock
+
+    def check(self, sniffed: str | None, size: int, action: str | None, claimed: str | None,
+              options: Mapping[str, Any]) -> Capability:
+        """The capability that takes these bytes.
+
+        Raises:
+            InputRejected: the artifact is empty.
+            CapabilityRefused: its type is unknown, disagrees with the claim across modalities, or
+                no capability declares the action, the size or the options.
+        """
+        if size == 0:
+            raise InputRejected("the artifact is empty", code=ErrorCode.EMPTY_INPUT, phase=None)
+        if sniffed is None:
+            raise CapabilityRefused("the artifact's type is not recognised", code=ErrorCode.UNSUPPORTED_MEDIA_TYPE)
+        claimed_type = _base_type(claimed)
+        if claimed_type is not None and claimed_type != sniffed:
+            # A hint within one modality (the callers send image/jpeg for every image); never across.
+            known = self.manifest.modality_of(claimed_type)
+            if known is None or known != self.manifest.modality_of(sniffed):
+                raise CapabilityRefused(f"the artifact is {sniffed}, not {_shown_type(claimed_type)}",
+                                        code=ErrorCode.MEDIA_TYPE_MISMATCH)
+        capability = self.manifest.for_media_type(sniffed, action)
+        capability.check_size(size)
+        capability.check_options(options)
+        return capability
+
+    def store_stream(self, stream: BinaryIO) -> tuple[str, int]:
+        """Store a stream from its start: its digest and the bytes stored (``OSError`` as raised)."""
+        stream.seek(0)
+        digest, size, _ = self.store.put_stream(stream)
+        return digest, size
+
+    def refused(self, digest: str, size: int, media_type: str | None, action: str | None,
+                error: PublicError) -> Job:
+        """The already-failed job of an artifact refused before any work."""
+        return refused_job(self.manifest, digest, size, media_type, action, error, self._clock())
+
+    def request(self, digest: str, size: int, media_type: str, capability: Capability,
+                options: dict[str, Any]) -> ExtractRequest:
+        """The request an admitted artifact runs as, wherever it runs."""
+        return ExtractRequest(
+            job_id=self.job_id_for(digest, capability, options),
+            action=capability.action,
+            artifact=ArtifactRef(digest=digest, media_type=media_type, bytes=size, modality=capability.modality),
+            options=options,
+            device=self._device_for(capability),
+            threads=self.settings.threads,
+        )
+
+    def job_id_for(self, digest: str, capability: Capability, options: Mapping[str, Any]) -> str:
+        """The job id this artifact, capability and options run as."""
+        return make_job_id(digest, capability.action, capability.extractor_version, dict(options),
+                           numerics(capability.action, options, self.settings.threads))
+
+    def _device_for(self, capability: Capability) -> DeviceClass:
+        """This process's device class when the capability allows it, else its preferred one."""
+        if self.settings.device in capability.devices:
+            return self.settings.device
+        return capability.devices[0]
+
+
+def _base_type(media_type: str | None) -> str | None:
+    """``type/subtype`` of a media type, lowercase, without parameters; None when absent."""
+    if media_type is None:
+        return None
+    return media_type.split(";")[0].strip().lower() or None
+
+
+_PLAIN_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^._+-]{0,63}/[a-z0-9][a-z0-9!#$&^._+-]{0,63}")
+
+
+def _shown_type(media_type: str) -> str:
+    return media_type if _PLAIN_TYPE.fullmatch(media_type) else "the type claimed"

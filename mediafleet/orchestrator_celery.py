@@ -1,0 +1,182 @@
+"""The Celery orchestrator: admitted requests go on the fleet, each on its capability's queue.
+
+It owns this dispatcher's Celery app (one per settings and manifest in a process:
+:func:`mediafleet.workers.app.create_app`) and its handle on the fleet's job store. A job's record
+is claimed before its message is sent, so a resubmission of the same artifact joins the job
+already there; with no live worker of an allowed device class the job is held, not sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from mediafleet.contract.errors import CapabilityRefused, ErrorCode, MediafleetError
+from mediafleet.contract.jobs import ExtractRequest, JobState
+from mediafleet.contract.manifest import Capability, DeviceClass, Manifest, Modality
+from mediafleet.fleet_job import FleetJob, join_and_index
+from mediafleet.job import Job, refused_job
+from mediafleet.jobstore import JobStore, queue_lists
+from mediafleet.presence import live_workers
+from mediafleet.settings import Settings
+from mediafleet.workers.parts import speech_part
+
+if TYPE_CHECKING:
+    from mediafleet.admission import Submission
+
+__all__ = ["CeleryOrchestrator"]
+
+_DEFAULT_PRIORITY = 4
+# A queued job whose message is not sent this long after its record was written was left by a
+# dispatcher that died in between; a resubmission sends it (sending takes milliseconds).
+_UNSENT_AFTER_S = 30.0
+
+
+class CeleryOrchestrator:
+    """Queues requests on the fleet and answers for its jobs from their records.
+
+    Nothing is reached at construction: the app is built when the first message is sent, and the
+    job store after one plain connection attempt on first use.
+    """
+
+    def __init__(self, settings: Settings, manifest: Manifest, clock: Callable[[], datetime]) -> None:
+        self.settings = settings
+        self.manifest = manifest
+        self._clock = clock
+        self.built_app: Any = None
+        """The Celery app once built (None while nothing was sent or waited on)."""
+        self._jobs: JobStore | None = None
+
+    @property
+    def app(self) -> Any:
+        if self.built_app is None:
+            from mediafleet.workers.app import create_app
+
+            self.built_app = create_app(self.settings, self.manifest)
+        return self.built_app
+
+    def jobs(self) -> JobStore:
+        """The fleet's job store. Built on first use, after one plain connection attempt: a broker
+        that is not there at all is reported at once; one that goes away later is waited for."""
+        if self._jobs is None:
+            from mediafleet.jobstore import redis_client
+
+            probe = redis_client(self.settings, retry_s=0)
+            try:
+                probe.ping()
+            finally:
+                probe.close()
+            self._jobs = JobStore.from_settings(self.settings)
+        return self._jobs
+
+    def audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
+        """For a video: whether its header shows an audio track (no speech part is queued for a
+        silent video); None otherwise, or when the header cannot be read."""
+        if capability.modality != Modality.VIDEO:
+            return None
+        from mediafleet.workers.video.probe import has_audio_track
+
+        return has_audio_track(source)
+
+    def start(self, request: ExtractRequest, capability: Capability, submission: Submission,
+              has_audio: bool | None = None) -> Job:
+        priority, keep_result_s = submission.get("priority"), submission.get("keep_result_s")
+        level = _DEFAULT_PRIORITY if priority is None else priority
+        if not 0 <= level <= 9:
+            raise CapabilityRefused("priority must be 0 (lowest) to 9 (highest)", code=ErrorCode.INVALID_REQUEST)
+        keep_s = keep_result_s or self.settings.result_ttl_s
+        try:
+            part = speech_part(request, capability, self.manifest, has_audio)
+        except MediafleetError as exc:  # options that do not fit together, or speech not declared
+            artifact = request.artifact
+            return refused_job(self.manifest, artifact.digest, artifact.bytes, artifact.media_type, request.action,
+                               exc.public(), self._clock())
+        request, created = self._queue(request, capability, level, keep_s, speech_job=part.job_id if part else None)
+        if created and part is not None:
+            self._queue_part(part, level, keep_s)
+        return self._handle(request, capability)
+
+    def _handle(self, request: ExtractRequest, capability: Capability) -> FleetJob:
+        return FleetJob(self.app, self.jobs(), capability, request, self.manifest, self.settings.discovery_index)
+
+    def _queue(self, request: ExtractRequest, capability: Capability, level: int, keep_s: int,
+               speech_job: str | None = None) -> tuple[ExtractRequest, bool]:
+        """Claim the job's record and send it (or hold it); (the request in force, whether new)."""
+        from mediafleet.workers.app import send_extract
+
+        jobs = self.jobs()
+        device, held = self._route(capability)
+        request = request.model_copy(update={"device": device})
+        state = JobState.HELD if held else JobState.QUEUED
+        token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
+                           speech_job=speech_job)
+        if token is None and (found := jobs.get(request.job_id)) is not None and found.forged \
+                and jobs.discard_forged(request.job_id):
+            # Its outcome failed the signature check (written by no worker holding the key): run it.
+            token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
+                               speech_job=speech_job)
+        if token is None:
+            record = jobs.get(request.job_id)
+            if record is None:
+                return request, False
+            if (lost := jobs.unsent(request.job_id, _UNSENT_AFTER_S)) is not None:
+                # Recorded but never sent (its dispatcher died in between): this resubmission sends it.
+                send_extract(self.app, record.request, capability, lost, record.priority)
+            return record.request, False
+        self.app.AsyncResult(request.job_id).forget()
+        if not held:
+            send_extract(self.app, request, capability, token, level)
+            jobs.mark_sent(request.job_id)
+        return request, True
+
+    def _queue_part(self, part: ExtractRequest, level: int, keep_s: int) -> None:
+        """Queue a job's speech part; one that already finished (from an earlier submission of the
+        same job) reports its outcome at once instead of running again."""
+        assert part.part_of is not None
+        _, created = self._queue(part, self.manifest.capability(part.action), level, keep_s)
+        if created:
+            return
+        record = self.jobs().get(part.job_id)
+        if record is not None and record.final and (outcome := record.outcome) is not None \
+                and self.jobs().report_part(part.part_of.job_id, "speech", outcome) == 0:
+            join_and_index(self.jobs(), part.part_of.job_id, self.manifest, self.settings.discovery_index)
+
+    def _route(self, capability: Capability) -> tuple[DeviceClass, str | None]:
+        """The first allowed device class with a live worker on the capability's queue.
+
+        With none alive the job is held: recorded, on no queue, with the reason (``status`` shows
+        it), until the first worker of an allowed class comes up and queues it for its own class.
+        It never runs on a class the manifest forbids.
+        """
+        alive = {q for w in live_workers(self.jobs().client) for q in w.queues}
+        for device in capability.devices:
+            if capability.queue(device) in alive:
+                return device, None
+        allowed = "/".join(d.value for d in capability.devices)
+        return capability.devices[0], f"no live worker for {capability.action} on {allowed}"
+
+    def job(self, job_id: str) -> FleetJob | None:
+        """A handle on a job submitted earlier (by any dispatcher of this fleet)."""
+        record = self.jobs().get(job_id)
+        if record is None:
+            return None
+        request = record.request
+        return self._handle(request, self.manifest.capability(request.action))
+
+    def cancel(self, job_id: str) -> JobState | None:
+        job = self.job(job_id)
+        return job.cancel() if job is not None else None
+
+    def status(self) -> dict[str, Any]:
+        client = self.jobs().client
+        queues: dict[str, int] = {}
+        for cap in self.manifest.capabilities.values():
+            for device in cap.devices:
+                name = cap.queue(device)
+                queues[name] = sum(client.llen(n) for n in queue_lists(name))
+        workers: dict[str, list[str]] = {d.value: [] for d in DeviceClass}
+        for worker in live_workers(client):
+            workers.setdefault(worker.device, []).append(worker.hostname)
+        return {"queues": queues, "workers": workers}
