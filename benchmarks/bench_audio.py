@@ -29,7 +29,6 @@ Run: ``.venv/bin/python benchmarks/bench_audio.py [--minutes 10] [--long-minutes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -43,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import table, wer, words, write_results  # noqa: E402
+from benchmarks.harness import in_child, need_tools, serve_child, table, wer, words, write_results  # noqa: E402
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 WORDS_PER_MINUTE = 160
@@ -196,11 +195,7 @@ def measure(mode: str, path: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if mode != "plain-defaults":
         env["OMP_NUM_THREADS"] = "1"  # what `mediafleet worker` sets for one thread per process
-    done = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], capture_output=True, text=True,
-                          check=False, env=env)
-    if done.returncode != 0:
-        sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return in_child(__file__, mode, path, env)
 
 
 def main() -> None:
@@ -209,14 +204,10 @@ def main() -> None:
     parser.add_argument("--long-minutes", type=float, default=30)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each path on the first recording (medians)")
     parser.add_argument("--modes", default=",".join(MODES), help="paths to run on the first recording")
-    parser.add_argument("--child", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(_child(args.child[0], Path(args.child[1]))))
+    if serve_child(_child, sys.argv[1:]):
         return
-    for tool in ("espeak-ng", "ffmpeg"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is needed to make the recordings")
+    args = parser.parse_args()
+    need_tools("espeak-ng", "ffmpeg", why="to make the recordings")
     if not TEXT.is_file():
         sys.exit(f"{TEXT} (Debian's base-files) is needed for the text to speak")
 

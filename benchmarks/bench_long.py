@@ -25,7 +25,6 @@ Run: ``.venv/bin/python benchmarks/bench_long.py [--audio-minutes 120] [--video-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -39,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_audio import make_recording  # noqa: E402
-from benchmarks.harness import fleet, table, write_results  # noqa: E402
+from benchmarks.harness import fleet, in_child, need_tools, serve_child, table, write_results  # noqa: E402
 
 CLIP_MINUTES = 5
 SCENES = ["testsrc2", "smptebars", "mandelbrot", "rgbtestsrc", "testsrc", "yuvtestsrc"]
@@ -119,11 +118,7 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
 
 def in_process(mode: str, path: Path) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MEDIAFLEET_THREADS": "1"}
-    done = subprocess.run([sys.executable, __file__, "--child", mode, str(path)], capture_output=True, text=True,
-                          check=False, env=env)
-    if done.returncode != 0:
-        sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return in_child(__file__, mode, path, env)
 
 
 def _worker_pids() -> list[int]:
@@ -164,14 +159,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--audio-minutes", type=float, default=120)
     parser.add_argument("--video-minutes", type=float, default=60)
-    parser.add_argument("--child", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(_child(args.child[0], Path(args.child[1]))))
+    if serve_child(_child, sys.argv[1:]):
         return
-    for tool in ("espeak-ng", "ffmpeg"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is needed to make the media")
+    args = parser.parse_args()
+    need_tools("espeak-ng", "ffmpeg", why="to make the media")
 
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-long-"))
     media: list[tuple[str, Path, float, tuple[str, ...]]] = []

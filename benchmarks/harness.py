@@ -129,3 +129,30 @@ def real_pdfs(limit: int | None = None) -> list[Path]:
             continue
     ordered = [p for _, p in sorted(found, reverse=True)]
     return ordered if limit is None else ordered[:limit]
+
+
+def in_child(script: str, mode: str, path: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Run ``script --child MODE FILE`` in a fresh process (so its peak memory is its own) and return
+    the JSON object its last line prints; exits with the child's error when it fails."""
+    done = subprocess.run([sys.executable, script, "--child", mode, str(path)], capture_output=True, text=True,
+                          check=False, env=env)
+    if done.returncode != 0:
+        sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def serve_child(child: Any, argv: list[str]) -> bool:
+    """When this process is a benchmark's child (``--child MODE FILE``), run ``child(mode, path)``,
+    print its figures as JSON and return True; otherwise return False."""
+    if len(argv) != 3 or argv[0] != "--child":
+        return False
+    print(json.dumps(child(argv[1], Path(argv[2]))))
+    return True
+
+
+def need_tools(*tools: str, why: str) -> None:
+    """Exit with a clear line when a command-line tool the benchmark needs is not installed."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is needed {why}")
+

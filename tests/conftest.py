@@ -38,6 +38,21 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture
+def jobs(redis_server: RedisServer, tmp_path: Path) -> Iterator[Any]:
+    """The real job store on a real redis-server, in a database of this test's own (emptied before
+    and after)."""
+    import redis
+
+    from mediafleet.jobstore import JobStore
+
+    db = 1 + (abs(hash(tmp_path.name)) % 14)
+    client = redis.Redis.from_url(f"redis://127.0.0.1:{redis_server.port}/{db}")
+    client.flushdb()
+    yield JobStore(client, ttl_s=3600)
+    client.flushdb()
+
+
+@pytest.fixture
 def fleet_env(redis_server: RedisServer, tmp_path: Path) -> dict[str, str]:
     """Environment for a dispatcher and its workers: one broker, one blob store, per test."""
     db = 1 + (abs(hash(tmp_path.name)) % 14)

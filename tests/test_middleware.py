@@ -6,7 +6,7 @@ and PDF extractor on a real blob store: only the Celery task shell around them i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,19 +37,10 @@ from mediafleet.workers.middleware import (
 )
 from mediafleet.workers.runner import run_request
 from mediafleet.workers.spec import ProgressFn
-from tests.conftest import RedisServer, free_port
+from tests.conftest import free_port
 from tests.media import text_pdf
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def jobs(redis_server: RedisServer, tmp_path: Path) -> Iterator[JobStore]:
-    db = 1 + (abs(hash(tmp_path.name)) % 14)
-    client = redis.Redis.from_url(f"redis://127.0.0.1:{redis_server.port}/{db}")
-    client.flushdb()
-    yield JobStore(client, ttl_s=3600)
-    client.flushdb()
 
 
 @pytest.fixture

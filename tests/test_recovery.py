@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState
 from mediafleet.contract.manifest import Modality
@@ -27,21 +25,11 @@ from mediafleet.jobstore import JobStore
 from mediafleet.presence import HEARTBEAT_S, Announcer, worker_key
 from mediafleet.settings import Settings
 from mediafleet.workers.boot import held_jobs
-from tests.conftest import RedisServer
 from tests.helpers import wait_for
 from tests.media import text_pdf
 
 WORKER = "w1@test"
 QUIET_S = 15
-
-
-@pytest.fixture
-def jobs(redis_server: RedisServer, tmp_path: Path) -> Iterator[JobStore]:
-    db = 1 + (abs(hash(tmp_path.name)) % 14)
-    client = redis.Redis.from_url(f"redis://127.0.0.1:{redis_server.port}/{db}")
-    client.flushdb()
-    yield JobStore(client, ttl_s=3600)
-    client.flushdb()
 
 
 def started(jobs: JobStore, job_id: str = "mf-" + "ab" * 16, moved_s_ago: float = 60.0) -> str:
