@@ -71,13 +71,19 @@ def audio_summary(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str
 
 
 def video_summary(loci: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
-    shots = [a for a, _ in loci if a["kind"] == "video_time_range"]
+    """The length, the shots (a gradual transition between two is counted apart, not as a shot), the
+    keyframes and the speech."""
+    ranges = [(a, p) for a, p in loci if a["kind"] == "video_time_range"]
+    shots = [a for a, p in ranges if not str(p.get("label") or "").startswith("transition:")]
+    transitions = len(ranges) - len(shots)
     keys = sum(1 for a, _ in loci if a["kind"] == "frame_range")
-    length = _s(shots[-1]["end_ms"]) if shots else "no frames"
+    length = _s(ranges[-1][0]["end_ms"]) if ranges else "no frames"
     spans = ", ".join(f"{a['start_ms'] / 1000:.1f}-{a['end_ms'] / 1000:.1f}" for a in shots[:_SHOTS])
     more = ", …" if len(shots) > _SHOTS else ""
+    between = f", {_plural(transitions, 'transition')}" if transitions else ""
     speech, words = _speech(loci)
-    return [f"{length}, {_plural(len(shots), 'shot')} ({spans}{more} s), {_plural(keys, 'keyframe')}, {speech}", *words]
+    return [f"{length}, {_plural(len(shots), 'shot')} ({spans}{more} s){between}, {_plural(keys, 'keyframe')}, "
+            f"{speech}", *words]
 
 
 def summary_lines(name: str, bundle: EvidenceBundle) -> list[str]:
