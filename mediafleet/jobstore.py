@@ -10,6 +10,13 @@ A job id is a hash of the artifact digest, capability, extractor version and opt
 work always has the same id: :meth:`JobStore.claim` creates the record atomically the first time,
 and a resubmit of a job that is queued, running or finished returns the existing one. Only a job that
 failed in a retryable way, or was cancelled, may be claimed again.
+
+An outcome whose JSON is larger than the store's inline limit (:data:`INLINE_OUTCOME_MAX_BYTES`
+unless the settings' ``outcome_inline_max_bytes`` says otherwise) is not written into the record: its
+bytes go into the blob store the job store was given, and the record holds only their digest
+(``outcome_ref``) and size (``outcome_bytes``). Reading the record re-hashes the blob, so a blob that
+is missing, altered or another job's fails closed with a public error instead of returning evidence.
+With signing on, the signature covers the job id, the digest and the size.
 """
 
 from __future__ import annotations
@@ -23,14 +30,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mediafleet.contract.errors import ErrorCode, PublicError
+from mediafleet.contract.errors import ErrorCode, MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, Progress
 
 if TYPE_CHECKING:
+    from mediafleet.blobs import BlobStore
     from mediafleet.settings import Settings
 
-__all__ = ["KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "JobRecord", "JobStore", "OutcomeSigner", "queue_lists",
-           "redis_client"]
+__all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "JobRecord", "JobStore",
+           "OutcomeSigner", "queue_lists", "redis_client"]
+
+# An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
+# record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
+# The settings' ``outcome_inline_max_bytes`` overrides it for a process.
+INLINE_OUTCOME_MAX_BYTES = 1 << 20
 
 _PREFIX = "mediafleet:job:"
 _HELD = "mediafleet:held"
@@ -161,7 +174,8 @@ if state ~= 'cancelled' and state ~= 'done' and state ~= 'failed' then
   redis.call('HSET', KEYS[1], 'state', 'started', 'hostname', ARGV[1], 'pid', ARGV[2], 'updated_at', ARGV[3],
              'owner', attempts)
   redis.call('SADD', KEYS[2], ARGV[5])
-elseif state == 'cancelled' and redis.call('HEXISTS', KEYS[1], 'outcome') == 0 then
+elseif state == 'cancelled' and redis.call('HEXISTS', KEYS[1], 'outcome') == 0
+       and redis.call('HEXISTS', KEYS[1], 'outcome_ref') == 0 then
   redis.call('HSET', KEYS[1], 'owner', attempts)  -- this delivery writes the cancelled outcome
 end
 return {attempts, state, speech_job}
@@ -172,10 +186,11 @@ return {attempts, state, speech_job}
 # writing a lost task's failure, passes it), ARGV[3] the hostname that delivery ran on ('' for
 # any), ARGV[4] job id, ARGV[5] '1' when the outcome is ok, ARGV[6] the ttl when the record names
 # none, ARGV[7..] field/value pairs. Writes a
-# final outcome once: a record that holds an outcome is never overwritten, and a delivery that no
+# final outcome once: a record that holds an outcome (inline, or by reference) is never overwritten, and a delivery that no
 # longer owns the record (a newer one started since) writes nothing. Returns 1 when written.
 _FINISH = """
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'outcome') == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'outcome') == 1
+   or redis.call('HEXISTS', KEYS[1], 'outcome_ref') == 1 then return 0 end
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[2] then return 0 end
 if ARGV[3] ~= '' and (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[3] then return 0 end
@@ -245,6 +260,31 @@ return left
 """
 
 
+def _ref_text(job_id: str, digest: str, size: str) -> str:
+    """What is signed for an outcome kept by reference: the blob's digest binds its bytes (they are
+    re-hashed when read), the job id binds it to this job."""
+    return json.dumps({"job_id": job_id, "outcome_bytes": size, "outcome_ref": digest}, sort_keys=True)
+
+
+def _load_outcome(blobs: BlobStore | None, digest: str, size: str | None) -> Outcome:
+    """The outcome a record references, read back from the blob store and re-hashed.
+
+    Raises:
+        MediafleetError: the blob is missing (``blob_not_found``), or its bytes do not hash to the
+            digest or have another size (``digest_mismatch``); the store cannot be reached.
+        ValueError: the bytes are not an outcome.
+    """
+    from mediafleet.contract.errors import IntegrityError
+
+    if blobs is None:
+        raise IntegrityError("no blob store to read the outcome from", code=ErrorCode.BLOB_NOT_FOUND)
+    with blobs.verified_path(digest) as path:
+        data = path.read_bytes()
+    if str(len(data)) != size:
+        raise IntegrityError("the stored outcome does not have the size its record names")
+    return Outcome.model_validate_json(data)
+
+
 class JobRecord:
     """A read-only view of one record.
 
@@ -252,14 +292,17 @@ class JobRecord:
     its outcome is then not returned (``outcome`` is None) and the record counts as unfinished.
     ``worker_alive`` is, for a started job, whether the worker it names still has a heartbeat
     (False: that worker is gone and the job waits to be delivered again); None otherwise.
+    ``blobs`` is the store an outcome kept by reference is read back from.
     """
 
     def __init__(self, job_id: str, fields: dict[str, str], forged: bool = False,
-                 worker_alive: bool | None = None) -> None:
+                 worker_alive: bool | None = None, blobs: BlobStore | None = None) -> None:
         self.job_id = job_id
         self._f = fields
         self.forged = forged
         self.worker_alive = worker_alive
+        self._blobs = blobs
+        self._outcome: tuple[Outcome | None] | None = None
 
     @property
     def state(self) -> JobState:
@@ -302,8 +345,51 @@ class JobRecord:
 
     @property
     def outcome(self) -> Outcome | None:
-        raw = self._f.get("outcome")
-        return Outcome.model_validate_json(raw) if raw and not self.forged else None
+        """The stored outcome (None while there is none, or when ``forged``).
+
+        One kept by reference is read back from the blob store once per view. One that cannot be
+        read back as this job's (its blob missing, altered, or another job's outcome) is never
+        returned: the job's outcome is then a retryable failure that says so.
+        """
+        if self.forged:
+            return None
+        if self._outcome is None:
+            self._outcome = (self._read_outcome(),)
+        return self._outcome[0]
+
+    @property
+    def outcome_ref(self) -> str | None:
+        """The blob digest of an outcome kept by reference (too large to keep inline), else None."""
+        return self._f.get("outcome_ref") or None
+
+    @property
+    def untrusted(self) -> bool:
+        """Forged, or its outcome's blob is gone: a resubmission discards the record and runs the job."""
+        ref = self.outcome_ref
+        return self.forged or (ref is not None and (self._blobs is None or not self._blobs.exists(ref)))
+
+    def _read_outcome(self) -> Outcome | None:
+        try:
+            if (ref := self.outcome_ref) is not None:
+                outcome = _load_outcome(self._blobs, ref, self._f.get("outcome_bytes"))
+            elif raw := self._f.get("outcome"):
+                outcome = Outcome.model_validate_json(raw)
+            else:
+                return None
+        except MediafleetError as exc:
+            return self._unreadable(exc.public().code)
+        except ValueError:  # pydantic's ValidationError: the bytes are no outcome
+            return self._unreadable(ErrorCode.DIGEST_MISMATCH)
+        if outcome.job_id != self.job_id:
+            return self._unreadable(ErrorCode.DIGEST_MISMATCH)
+        return outcome
+
+    def _unreadable(self, code: ErrorCode) -> Outcome:
+        error = PublicError(code=code, retryable=True,
+                            message="the job's stored outcome could not be read back as this job's (its blob is "
+                                    "missing or does not match its record) and was not returned; submit the artifact "
+                                    "again to run it")
+        return Outcome.failed(self.request, error, datetime.now(UTC))
 
     @property
     def speech_job(self) -> str | None:
@@ -337,13 +423,26 @@ class JobRecord:
         return out
 
 
+def _signed_text(job_id: str, fields: dict[str, str]) -> str | None:
+    """What a record's ``outcome_sig`` signs: the reference of an outcome kept in the blob store,
+    else the inline outcome; None for a record with no outcome."""
+    if "outcome_ref" in fields:
+        return _ref_text(job_id, fields["outcome_ref"], fields.get("outcome_bytes", ""))
+    return fields.get("outcome")
+
+
 class JobStore:
     """Job records in the Redis behind ``client`` (a ``redis.Redis``)."""
 
-    def __init__(self, client: Any, ttl_s: int, signer: Any = None) -> None:
+    def __init__(self, client: Any, ttl_s: int, signer: Any = None, blobs: BlobStore | None = None,
+                 inline_max_bytes: int = INLINE_OUTCOME_MAX_BYTES) -> None:
+        """``blobs``: where an outcome larger than ``inline_max_bytes`` (its JSON) is kept and read
+        back from; without one every outcome is kept inline."""
         self._r = client
         self._ttl_s = ttl_s
         self._signer = signer
+        self._blobs = blobs
+        self._inline_max_bytes = inline_max_bytes
         self._claim = client.register_script(_CLAIM)
         self._start = client.register_script(_START)
         self._release = client.register_script(_RELEASE)
@@ -357,10 +456,17 @@ class JobStore:
         return _PREFIX + job_id
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> JobStore:
+    def from_settings(cls, settings: Settings, blobs: BlobStore | None = None) -> JobStore:
         """The job store of the fleet the settings name (its own client; outcomes signed and
-        checked when message signing is on)."""
-        return cls(redis_client(settings), settings.result_ttl_s, OutcomeSigner.from_settings(settings))
+        checked when message signing is on; large outcomes kept in ``blobs``, by default the blob
+        store the settings name)."""
+        if blobs is None:
+            from mediafleet.blobstore import open_store
+
+            blobs = open_store(settings)
+        limit = settings.outcome_inline_max_bytes
+        return cls(redis_client(settings), settings.result_ttl_s, OutcomeSigner.from_settings(settings), blobs,
+                   INLINE_OUTCOME_MAX_BYTES if limit is None else limit)
 
     @property
     def client(self) -> Any:
@@ -371,24 +477,26 @@ class JobStore:
         if not raw:
             return None
         fields = {k.decode(): v.decode() for k, v in raw.items()}
-        forged = (self._signer is not None and "outcome" in fields
-                  and not self._signer.verify(fields["outcome"], fields.get("outcome_sig")))
+        signed = _signed_text(job_id, fields)
+        forged = (self._signer is not None and signed is not None
+                  and not self._signer.verify(signed, fields.get("outcome_sig")))
         alive = None
         if fields.get("state") == JobState.STARTED.value and fields.get("hostname"):
             from mediafleet.presence import worker_key
 
             alive = bool(self._r.exists(worker_key(fields["hostname"])))
-        return JobRecord(job_id, fields, forged, alive)
+        return JobRecord(job_id, fields, forged, alive, self._blobs)
 
     def discard_forged(self, job_id: str) -> bool:
-        """Delete a record whose outcome failed its signature check (so the job can be claimed and
-        run again); a record changed meanwhile is kept. Returns whether it was deleted."""
+        """Delete a record whose outcome failed its signature check, or whose outcome's blob is gone
+        (:attr:`JobRecord.untrusted`), so the job can be claimed and run again; a record changed
+        meanwhile is kept. Returns whether it was deleted."""
         key = self.key(job_id)
         with self._r.pipeline() as pipe:
             try:
                 pipe.watch(key)
                 record = self.get(job_id)
-                if record is None or not record.forged:
+                if record is None or not record.untrusted:
                     return False
                 pipe.multi()
                 pipe.delete(key)
@@ -513,17 +621,32 @@ class JobStore:
         cancelled = outcome.error is not None and outcome.error.code == ErrorCode.CANCELLED
         state = JobState.DONE if outcome.status == "ok" else JobState.CANCELLED if cancelled else JobState.FAILED
         fields = {
-            "state": state.value, "outcome": outcome.model_dump_json(), "updated_at": str(time.time()),
+            "state": state.value, **self._outcome_fields(outcome), "updated_at": str(time.time()),
             "error_code": outcome.error.code.value if outcome.error else "",
             "retryable": "1" if outcome.error and outcome.error.retryable else "0",
         }
-        if self._signer is not None:
-            fields["outcome_sig"] = self._signer.sign(fields["outcome"])
         flat = [x for kv in fields.items() for x in kv]
         written = self._finish(keys=[self.key(outcome.job_id), _STARTED], args=[
             "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",
             outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, *flat])
         return bool(written)
+
+    def _outcome_fields(self, outcome: Outcome) -> dict[str, str]:
+        """The record's outcome fields: the JSON inline, or, past the inline limit, a reference to
+        it in the blob store (stored first: a write that loses the race below leaves only an
+        unreferenced blob, which gc removes); with the signature when signing is on."""
+        text = outcome.model_dump_json()
+        fields: dict[str, str]
+        if self._blobs is None or (len(text) <= self._inline_max_bytes and len(text.encode()) <= self._inline_max_bytes):
+            fields = {"outcome": text}
+        else:
+            data = text.encode()
+            del text
+            fields = {"outcome_ref": self._blobs.put_bytes(data), "outcome_bytes": str(len(data))}
+        signed = _signed_text(outcome.job_id, fields)
+        if self._signer is not None and signed is not None:
+            fields["outcome_sig"] = self._signer.sign(signed)
+        return fields
 
     def report_part(self, job_id: str, part: str, outcome: Outcome, *, decides: bool = False,
                     delivery: int | None = None) -> int:

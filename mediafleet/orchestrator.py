@@ -64,4 +64,4 @@ def orchestrator_for(settings: Settings, manifest: Manifest, store: BlobStore,
         return InProcessOrchestrator(settings, manifest, store, clock)
     from mediafleet.orchestrator_celery import CeleryOrchestrator
 
-    return CeleryOrchestrator(settings, manifest, clock)
+    return CeleryOrchestrator(settings, manifest, clock, store)

@@ -25,6 +25,7 @@ from mediafleet.workers.parts import speech_part
 
 if TYPE_CHECKING:
     from mediafleet.admission import Submission
+    from mediafleet.blobs import BlobStore
 
 __all__ = ["CeleryOrchestrator"]
 
@@ -41,10 +42,12 @@ class CeleryOrchestrator:
     job store after one plain connection attempt on first use.
     """
 
-    def __init__(self, settings: Settings, manifest: Manifest, clock: Callable[[], datetime]) -> None:
+    def __init__(self, settings: Settings, manifest: Manifest, clock: Callable[[], datetime],
+                 store: BlobStore | None = None) -> None:
         self.settings = settings
         self.manifest = manifest
         self._clock = clock
+        self._store = store  # the dispatcher's blob store: outcomes too large to keep inline are read from it
         self.built_app: Any = None
         """The Celery app once built (None while nothing was sent or waited on)."""
         self._jobs: JobStore | None = None
@@ -68,7 +71,7 @@ class CeleryOrchestrator:
                 probe.ping()
             finally:
                 probe.close()
-            self._jobs = JobStore.from_settings(self.settings)
+            self._jobs = JobStore.from_settings(self.settings, self._store)
         return self._jobs
 
     def audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
@@ -112,9 +115,10 @@ class CeleryOrchestrator:
         state = JobState.HELD if held else JobState.QUEUED
         token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
                            speech_job=speech_job)
-        if token is None and (found := jobs.get(request.job_id)) is not None and found.forged \
+        if token is None and (found := jobs.get(request.job_id)) is not None and found.untrusted \
                 and jobs.discard_forged(request.job_id):
-            # Its outcome failed the signature check (written by no worker holding the key): run it.
+            # Its outcome failed the signature check (written by no worker holding the key), or its
+            # outcome's blob is gone: run it.
             token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
                                speech_job=speech_job)
         if token is None:

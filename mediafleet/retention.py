@@ -17,7 +17,10 @@ The rule, for both blob stores:
      so a blob outlives every Celery result that names it.
   2. no live job record or result in the result backend mentions its digest. This keeps the
      artifacts of jobs still queued (however long the wait) and the blobs of results whose caller
-     asked for a pickup window longer than ``result_ttl_s``.
+     asked for a pickup window longer than ``result_ttl_s``. An outcome too large to keep in its
+     record (:data:`~mediafleet.jobstore.INLINE_OUTCOME_MAX_BYTES`) is a blob its record names
+     (``outcome_ref``), so it is kept for as long as the record lives (the job's pickup window);
+     one that lost the race to finish a record is named by none and goes by rule 1 alone.
 
 * **Temporary files** (partial writes, downloads spooled for verification) untouched for the
   longest hard time limit + 10 minutes belong to a process that died, and are removed.

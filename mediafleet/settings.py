@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     s3_region: str | None = Field(None, description="the bucket's region; unset: boto3's default")
     manifest_file: Path | None = Field(None, description="operator file that narrows the default manifest")
     result_ttl_s: int = Field(7 * 24 * 3600, gt=0, description="how long results wait for pickup")
+    outcome_inline_max_bytes: int | None = Field(
+        None, ge=0, description="a finished job's outcome JSON larger than this is kept in the blob store and its "
+        "record holds only the digest and size (read back and re-hashed by the waiter); smaller ones stay inline "
+        "in the record. Unset: 1 MiB (mediafleet.jobstore.INLINE_OUTCOME_MAX_BYTES)",
+    )
     device: DeviceClass = Field(DeviceClass.CPU, description="the device class this worker serves")
     threads: int = Field(1, ge=1, description="threads per worker process for each engine")
     whisper_model_dir: Path | None = Field(

@@ -25,7 +25,7 @@ from celery.worker.consumer import Consumer
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.contract.manifest import Capability, Manifest
-from mediafleet.blobstore import open_store
+from mediafleet.blobstore import BlobStore, open_store
 from mediafleet.jobstore import JobStore
 from mediafleet.settings import Settings
 from mediafleet.workers.middleware import Delivery, Skip, fleet_middleware, join_parts, report, run_chain
@@ -168,7 +168,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         app.setup_security(allowed_serializers=["json"], serializer="json")
 
     chain = fleet_middleware(manifest, settings.discovery_index)
-    stores = _ProcessStore(settings)
+    stores = _ProcessStore(settings, store)
     app.mediafleet_jobs = stores  # type: ignore[attr-defined]
     app.mediafleet_on_refused = lambda job_id: refused(stores.get(), job_id)  # type: ignore[attr-defined]
 
@@ -183,6 +183,8 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
                 inline_parts=delivery.speech_job is None))
         except Skip:
             raise Ignore() from None  # stores no result: nothing wakes the current submission's waiters
+        # The result backend gets this summary only: the outcome is in the job's record (or, when
+        # large, in the blob store), never in Celery's result.
         return {"job_id": outcome.job_id, "status": outcome.status,
                 "error": outcome.error.code.value if outcome.error else None}
 
@@ -192,13 +194,14 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
 class _ProcessStore:
     """The app's job store, built in the process that uses it (each pool process after the fork)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, blobs: BlobStore) -> None:
         self._settings = settings
+        self._blobs = blobs  # the app's blob store: large outcomes are kept there
         self._store: tuple[int, JobStore] | None = None
 
     def get(self) -> JobStore:
         if self._store is None or self._store[0] != os.getpid():
-            self._store = (os.getpid(), JobStore.from_settings(self._settings))
+            self._store = (os.getpid(), JobStore.from_settings(self._settings, self._blobs))
         return self._store[1]
 
 
