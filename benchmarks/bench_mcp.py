@@ -48,6 +48,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client, types  # noq
 
 from benchmarks.harness import ROOT, table, write_results  # noqa: E402
 from mediafleet.sniff import sniff  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 
 SAMPLES = ROOT / "mediafleet" / "samples"
 # sample file -> (the callers' tool, its action)
@@ -199,14 +200,8 @@ async def http_call(url: str, tool: str, args: dict[str, Any]) -> dict[str, Any]
     return {"call_s": call_s, "process_s": None, **measure(result)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_http(env: dict[str, str], log: IO[bytes]) -> tuple[subprocess.Popen[bytes], str, float]:
-    port = _free_port()
+    port = free_port()
     start = time.perf_counter()
     proc = subprocess.Popen([*mediafleet_command(), "serve-mcp", "--http", "--port", str(port)], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=log)

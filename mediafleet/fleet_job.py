@@ -20,6 +20,7 @@ from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.job import Job
 from mediafleet.jobstore import JobRecord, JobStore
+from mediafleet.unreachable import redis_away_errors
 from mediafleet.workers.parts import SPEECH_ACTION
 
 __all__ = ["FleetJob", "join_and_index"]
@@ -31,15 +32,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _redis_away() -> tuple[type[BaseException], ...]:
-    from kombu.exceptions import OperationalError
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeout
-
-    return (RedisConnectionError, RedisTimeout, OperationalError)
-
-
-_REDIS_AWAY = _redis_away()
+_REDIS_AWAY = redis_away_errors()
 
 
 def _untrusted(request: ExtractRequest) -> Outcome:
