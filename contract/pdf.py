@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from mediafleet.contract.common import F64, Confidence, Producer, Strict, TextBox
 
 __all__ = ["PdfOptions", "PdfPage", "PdfResult"]
+
+
+_PageNumber = Annotated[int, Field(strict=True, ge=1)]
 
 
 class PdfOptions(Strict):
@@ -31,6 +34,17 @@ class PdfOptions(Strict):
     rotated_lines: bool = Field(
         False, description="also read lines that are upside down (runs the line-orientation classifier)"
     )
+    # Not in the manifest's options, so a caller's request naming it is refused at admission; and
+    # excluded from dumps, so the producer (and the derivation) of a part equals the whole run's.
+    page_span: tuple[_PageNumber, _PageNumber] | None = Field(
+        None, exclude=True, description="set by the fleet for one part of a split job; never a caller's option"
+    )
+
+    @model_validator(mode="after")
+    def _span_in_order(self) -> PdfOptions:
+        if self.page_span is not None and self.page_span[0] > self.page_span[1]:
+            raise ValueError("page_span's first page comes after its last")
+        return self
 
 
 class PdfPage(Strict):

@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from mediafleet.contract import ErrorCode, InputRejected, LimitExceeded, Limits, PdfOptions
+from pydantic import ValidationError
+
+from mediafleet import Dispatcher, Settings
+from mediafleet.contract import (
+    CapabilityRefused,
+    ErrorCode,
+    InputRejected,
+    LimitExceeded,
+    Limits,
+    PdfOptions,
+    default_manifest,
+)
 from tests.media import encrypted_pdf, page_lines, text_pdf
 from mediafleet.workers.pdf.textlayer import extract_pdf
 
@@ -125,6 +136,50 @@ def test_large_pdf_is_read_page_by_page(tmp_path: Path) -> None:
     assert result.page_count == 2000 and len(result.pages) == 2000
     assert seen == list(range(1, 2001))
     assert result.pages[-1].boxes[0].text == page_lines(2000, 2)[0]
+
+
+def test_page_spans_of_a_split_run_join_into_the_whole_run(tmp_path: Path) -> None:
+    """Spans 1-3 and 4-5 of a 5-page PDF: their pages, in order, are the whole run's, field for
+    field; the producer is the same (the span is not an option a result records); progress counts
+    within the span; the page count is the document's."""
+    path = _write(tmp_path, text_pdf(5))
+    whole = extract_pdf(path, PdfOptions(), LIMITS)
+    seen: dict[tuple[int, int], list[tuple[int, int | None]]] = {}
+    parts = []
+    for span in ((1, 3), (4, 5)):
+        seen[span] = []
+        parts.append(extract_pdf(path, PdfOptions(page_span=span), LIMITS, lambda d, t, s=span: seen[s].append((d, t))))
+    assert [p.model_dump() for part in parts for p in part.pages] == [p.model_dump() for p in whole.pages]
+    assert [[p.page for p in part.pages] for part in parts] == [[1, 2, 3], [4, 5]]
+    assert all(part.page_count == 5 and part.producer == whole.producer for part in parts)
+    assert "page_span" not in whole.producer.options
+    assert seen == {(1, 3): [(1, 3), (2, 3), (3, 3)], (4, 5): [(1, 2), (2, 2)]}
+
+
+def test_a_page_span_is_cut_to_the_document_and_refused_outside_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, text_pdf(5))
+    tail = extract_pdf(path, PdfOptions(page_span=(4, 9)), LIMITS)
+    assert [p.page for p in tail.pages] == [4, 5] and tail.page_count == 5
+    assert [p.page for p in extract_pdf(path, PdfOptions(page_span=(2, 2)), LIMITS).pages] == [2]
+    with pytest.raises(InputRejected) as err:
+        extract_pdf(path, PdfOptions(page_span=(6, 7)), LIMITS)
+    assert err.value.code == ErrorCode.INVALID_REQUEST
+    for bad in ((0, 2), (3, 2), (1.0, 2)):
+        with pytest.raises(ValidationError):
+            PdfOptions(page_span=bad)
+
+
+def test_a_caller_cannot_set_the_page_span(tmp_path: Path) -> None:
+    """The manifest does not declare it: refused at admission, before any worker reads a page."""
+    with pytest.raises(CapabilityRefused) as err:
+        default_manifest().capability("ocr_pdf").check_options({"page_span": [1, 2]})
+    assert err.value.code == ErrorCode.INVALID_REQUEST
+    bundle = Dispatcher(Settings(blob_root=tmp_path / "blobs")).submit(
+        _write(tmp_path, text_pdf(3)), options={"page_span": [1, 2]}
+    ).bundle()
+    assert bundle.status == "failed" and bundle.error is not None
+    assert bundle.error.code == ErrorCode.INVALID_REQUEST
+    assert not [n for n in bundle.nodes if n.node_type in ("Evidence", "Claim")]
 
 
 def _typeset_pdf(lines: list[tuple[float, float, str]]) -> bytes:

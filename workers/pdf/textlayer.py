@@ -35,7 +35,7 @@ from mediafleet.workers.reading_order import reading_order
 from mediafleet.workers.sink import BlobSink
 from mediafleet.workers.spec import ProgressFn
 
-__all__ = ["extract_pdf", "open_pdf", "page_lines", "page_text"]
+__all__ = ["extract_pdf", "open_pdf", "page_lines", "page_range", "page_text"]
 
 # Text only (no image blocks), whitespace as written, clipped to the media box. Without
 # TEXT_PRESERVE_LIGATURES MuPDF expands the ligatures U+FB00-U+FB06 into their letters.
@@ -188,6 +188,22 @@ def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _
     )
 
 
+def page_range(page_span: tuple[int, int] | None, page_count: int) -> tuple[int, int]:
+    """The 0-based, end-exclusive page indices a run reads: every page, or ``page_span`` (1-based,
+    inclusive) cut to the document.
+
+    Raises:
+        InputRejected: the span starts after the document's last page.
+    """
+    if page_span is None:
+        return 0, page_count
+    first, last = page_span
+    if first > page_count:
+        raise InputRejected(f"the page span starts at page {first}; the PDF has {page_count} pages",
+                            code=ErrorCode.INVALID_REQUEST)
+    return first - 1, min(last, page_count)
+
+
 def producer(options: PdfOptions, models: list[ModelRef] | None = None, ocr_threads: int | None = None) -> Producer:
     """PyMuPDF reads and renders; when a page was OCR'd, ``models`` names the OCR engine's files and
     ``ocr_threads`` its threads (they change OCR's numbers; the text layer's do not depend on them)."""
@@ -215,32 +231,36 @@ def extract_pdf(
 
     Args:
         path: a local file holding the (digest-verified) PDF.
-        options: the capability's options.
+        options: the capability's options; ``options.page_span`` (set by the fleet for one part of
+            a split job) reads only those pages, cut to the document.
         limits: the manifest's limits for the capability.
-        progress: called with (pages done, page count) after each page.
+        progress: called with (pages done, pages to read) after each page.
         sink: unused (nothing derived is stored).
 
     Returns:
-        One :class:`PdfPage` per page, in order.
+        One :class:`PdfPage` per page read, in order; ``page_count`` is the document's.
 
     Raises:
-        InputRejected: the PDF is corrupt, encrypted or has no pages.
+        InputRejected: the PDF is corrupt, encrypted or has no pages, or the page span lies
+            outside it.
         LimitExceeded: over the page limit, or a page to OCR over the pixel limit at ``options.dpi``.
         Unavailable: a page needs OCR and the OCR engine is not installed here.
     """
     doc = open_pdf(path, limits)
     try:
         total = doc.page_count
+        first, last = page_range(options.page_span, total)
+        span = last - first
         pages: list[PdfPage] = []
         ocr = _Ocr()
         with collection_paused():  # every page's text dicts and boxes: none is in a cycle
-            for index in range(total):
+            for index in range(first, last):
                 try:
                     pages.append(_read_page(doc, index, options, limits, ocr))
                 except (RuntimeError, ValueError) as exc:
                     raise InputRejected(f"page {index + 1} of the PDF cannot be read") from exc
                 if progress is not None:
-                    progress(index + 1, total)
+                    progress(index + 1 - first, span)
         models = ocr.engine.models(with_classifier=options.rotated_lines) if ocr.engine is not None else None
         threads = ocr.engine.threads if ocr.engine is not None else None
         return PdfResult(page_count=total, pages=pages, producer=producer(options, models, threads))
