@@ -38,6 +38,7 @@ from mediafleet.workers.video.phash import hamming, near_duplicates, phash
 from mediafleet.workers.video.probe import open_video
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
+KEYFRAMES = default_manifest().capability("extract_keyframes")
 
 
 def run(clip: Clip | Path, sink: MemorySink | None = None, **options) -> VideoResult:  # type: ignore[no-untyped-def]
@@ -96,13 +97,14 @@ def test_one_keyframe_per_shot_inside_it_with_a_stored_image(scenes) -> None:
 
 
 def test_keyframe_is_the_sharpest_of_the_middle_bucket(scenes, clips) -> None:
-    """Recompute the rule by brute force from the analysis frames of the clip."""
-    from mediafleet.workers.video.shots import AnalysisFrames, sharpness
+    """Recompute the rule by brute force from the grey frames the default (combined) detector reads."""
+    from mediafleet.workers.video.shots import SignalFrames
 
     result, _ = scenes
     with av.open(str(clips["scenes"].path)) as container:
-        analysis = AnalysisFrames(320, 180)
-        scores = [sharpness(analysis.small(f)) for f in container.decode(video=0)]
+        analysis = SignalFrames(320, 180)
+        scores = [analysis.signals(f)[0] for f in container.decode(video=0)]
+    assert [k.sharpness for k in result.keyframes] == [scores[k.frame_index] for k in result.keyframes]
     for shot, key in zip(result.shots, result.keyframes, strict=True):
         n = shot.last_frame_index - shot.first_frame_index + 1
         size = 1
@@ -426,7 +428,7 @@ def test_speech_in_a_video_becomes_audio_ranges_on_the_media_timeline(speaking: 
     assert video.speech.offset_ms == start_ms and 900 <= start_ms <= 1000  # 1 s, less the AAC encoder's priming
     assert video.producer.models == [] and video.producer.options["speech_engine"] is None
 
-    result = join_inline(video, speaking.path, default_manifest())
+    result = join_inline(video, speaking.path, default_manifest(), KEYFRAMES)
     speech = result.speech
     assert speech.status == "transcribed" and speech.transcript is not None and speech.offset_ms == start_ms
     drafts = [d for d in to_loci(result, "v") if d.address.kind == "audio_range"]
@@ -444,7 +446,7 @@ def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPat
     off = run(clips["late"], speech=False)
     assert off.speech.status == "not_requested" and off.speech.transcript is None
     assert {d.address.kind for d in to_loci(off, "v")} == {"video_time_range", "frame_range"}
-    assert join_inline(off, clips["late"].path, default_manifest()) == off  # nothing waits for a transcript
+    assert join_inline(off, clips["late"].path, default_manifest(), KEYFRAMES) == off  # nothing waits for a transcript
 
     import mediafleet.workers.extractor
 
@@ -454,7 +456,7 @@ def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPat
     pending = run(clips["late"])
     assert pending.speech.status == "pending"
     monkeypatch.setattr(mediafleet.workers.extractor, "load_extractor", missing)
-    result = join_inline(pending, clips["late"].path, default_manifest())
+    result = join_inline(pending, clips["late"].path, default_manifest(), KEYFRAMES)
     assert result.speech.status == "unavailable" and result.speech.error is not None
     assert result.speech.error.code == ErrorCode.ENGINE_UNAVAILABLE
     assert result.shots == pending.shots and len(result.shots) == 2  # the shots and keyframes stand
@@ -465,5 +467,5 @@ def test_speech_states_without_a_transcript(clips, monkeypatch: pytest.MonkeyPat
         return extract
 
     monkeypatch.setattr(mediafleet.workers.extractor, "load_extractor", damaged)
-    result = join_inline(pending, clips["late"].path, default_manifest())
+    result = join_inline(pending, clips["late"].path, default_manifest(), KEYFRAMES)
     assert result.speech.status == "failed" and result.speech.error.code == ErrorCode.CORRUPT_INPUT

@@ -5,6 +5,11 @@ The row path (``mediafleet.workers.video.shots``) converts only the rows linear 
 check the row sets against OpenCV itself and the resulting frames against the full-size conversion
 then resize that PySceneDetect's ``SceneManager`` does, on real decoded frames, random pixels and
 every colour matrix and range swscale knows.
+
+The combined detector's reduction (:class:`SignalFrames`) is not byte-exact by design: its grey
+frame and thumbnail are checked against the picture they come from (its luma under the frame's own
+colour matrix, its colours), against the exact frame on real decoded video, and its swscale
+fallback for other pixel formats against the planar path.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from tests.clips import write_clip
 from mediafleet.workers.video import decode
 from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.probe import open_video
-from mediafleet.workers.video.shots import AnalysisFrames, resize_rows
+from mediafleet.workers.video.combined import frame_signals
+from mediafleet.workers.video.shots import AnalysisFrames, SignalFrames, grey_sharpness, resize_rows
+from tests.clips import scene_frame
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 # Coded sizes seen in the wild, portrait and odd ones included.
@@ -130,6 +137,79 @@ def test_analysis_frames_are_the_full_path_on_the_corpus(corpus: Path, name: str
     """Every frame of the golden videos (counter.mp4 is 1080p and takes the row path)."""
     path = corpus / "video" / name
     assert _decoded_frames_agree(path) > 0
+
+
+# --- the combined detector's reduction of the planes ---------------------------------------
+
+# (AVColorSpace, Kr, Kb): unspecified (swscale's BT.601), BT.709, BT.470BG, SMPTE 240M, BT.2020.
+MATRICES = [(2, 0.299, 0.114), (1, 0.2126, 0.0722), (5, 0.299, 0.114), (7, 0.212, 0.087), (9, 0.2627, 0.0593)]
+
+
+def _picture(width: int, height: int) -> np.ndarray:
+    """An RGB picture with smooth ramps, saturated colours, hard edges and a checker."""
+    return np.concatenate([scene_frame(k, 3, width, height // 4) for k in range(4)], axis=0)
+
+
+def _encoded(rgb: np.ndarray, colorspace: int, full: bool, fmt: str = "yuv420p") -> av.VideoFrame:
+    frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(
+        format=fmt, dst_colorspace=colorspace if colorspace != 2 else 5, dst_color_range=2 if full else 1,
+        interpolation="BICUBIC")
+    frame.colorspace, frame.color_range = colorspace, 2 if full else 1
+    return frame
+
+
+@pytest.mark.parametrize(("colorspace", "kr", "kb"), MATRICES)
+@pytest.mark.parametrize("full", [False, True])
+def test_signal_frames_are_the_picture_s_luma_and_colours(colorspace: int, kr: float, kb: float, full: bool) -> None:
+    """The grey frame is the picture's luma under the frame's matrix (range stretched to 0-255) and
+    the thumbnail its colours, whatever the matrix and range."""
+    rgb = _picture(640, 360)
+    reduce = SignalFrames(640, 360)
+    sharp, signals = reduce.signals(_encoded(rgb, colorspace, full))
+    luma = rgb.astype(np.float64) @ np.array([kr, 1 - kr - kb, kb])
+    expected = cv2.resize(luma.astype(np.float32), reduce.size, interpolation=cv2.INTER_LINEAR)
+    assert signals.grey.shape == (reduce.size[1], reduce.size[0]) and signals.grey.dtype == np.uint8
+    assert np.abs(signals.grey - expected).mean() < 1.0
+    bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    small = cv2.resize(bgr, reduce.size, interpolation=cv2.INTER_LINEAR)
+    thumb = frame_signals(small, cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)).thumb
+    assert signals.thumb.shape == thumb.shape == (reduce.thumb[1], reduce.thumb[0], 3)
+    assert np.abs(signals.thumb - thumb).mean() < 3.0
+    assert sharp == grey_sharpness(signals.grey) > 0
+
+
+@pytest.mark.parametrize("fmt", ["nv12", "yuv420p10le", "rgb24", "gray", "yuv422p", "yuvj420p"])
+def test_other_pixel_formats_give_the_planar_path_s_signals(fmt: str) -> None:
+    """Up to their resampling filters (swscale's and OpenCV's), so on a picture without fine detail."""
+    rgb = cv2.GaussianBlur(_picture(854, 480), (0, 0), 3)
+    reduce = SignalFrames(854, 480)
+    # RGB and grey frames carry no matrix: the grey frame is their BT.601 luma (swscale's default).
+    _, planar = reduce.signals(_encoded(rgb, 2 if fmt in ("rgb24", "gray") else 1, False))
+    if fmt == "rgb24":
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+    else:
+        frame = _encoded(rgb, 1, fmt == "yuvj420p", fmt)
+    _, other = reduce.signals(frame)
+    assert other.grey.shape == planar.grey.shape and other.thumb.shape == planar.thumb.shape
+    assert np.abs(other.grey.astype(np.float32) - planar.grey).mean() < 2.0
+    if fmt != "gray":  # grey has no colours to compare
+        assert np.abs(other.thumb - planar.thumb).mean() < 4.0
+
+
+def test_signal_frames_on_decoded_video_are_the_exact_frame_s_grey(tmp_path: Path) -> None:
+    """On real decoded frames the grey frame is what the exact analysis frame gives in grey, up to
+    rounding and the 1-2 levels swscale's fast converter loses (it rounds down), and the
+    thumbnails agree."""
+    clip = write_clip(tmp_path / "c.mp4", [(0, 10), (3, 10)], size=(640, 360))
+    exact, reduce = AnalysisFrames(640, 360), SignalFrames(640, 360)
+    with av.open(str(clip.path)) as container:
+        for frame in container.decode(video=0):
+            small = exact.small(frame)
+            grey = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
+            _, signals = reduce.signals(frame)
+            difference = signals.grey.astype(np.int16) - grey
+            assert 0 <= difference.mean() < 2.0 and np.abs(difference - difference.mean()).mean() < 0.6
+            assert np.abs(signals.thumb - frame_signals(small, grey).thumb).mean() < 2.0
 
 
 # --- the decoding helper thread --------------------------------------------------------------

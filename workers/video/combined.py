@@ -58,6 +58,7 @@ __all__ = [
     "FrameSignals",
     "frame_signals",
     "max_transition_frames",
+    "thumb_size",
 ]
 
 TransitionKind = Literal["dissolve", "fade", "wipe"]
@@ -106,6 +107,14 @@ def max_transition_frames(width: int, height: int) -> int:
     return max(12, min(MAX_TRANSITION, _HOLD_BYTES // frame_bytes))
 
 
+def thumb_size(width: int, height: int) -> tuple[int, int]:
+    """The thumbnail's (width, height) for an analysis frame of this size: halved (odd pixels
+    dropped) while the longer side is at least ``2 * THUMB - 16`` pixels."""
+    while max(width, height) >= 2 * THUMB - 16 and min(width, height) >= 4:
+        width, height = width // 2, height // 2
+    return width, height
+
+
 @dataclass(frozen=True)
 class FrameSignals:
     """What one analysis frame contributes, computed without any other frame (any thread)."""
@@ -116,19 +125,23 @@ class FrameSignals:
     std: float  # the thumbnail's grey standard deviation
     mean: float  # and its mean
 
+    @classmethod
+    def of(cls, grey: np.ndarray, thumb: np.ndarray, thumb_grey: np.ndarray) -> FrameSignals:
+        """The signals of a grey analysis frame, its BGR thumbnail (uint8) and that in grey."""
+        hist = cv2.calcHist([thumb], [0, 1, 2], None, [8, 8, 8], [0, 256, 0, 256, 0, 256]).ravel()
+        hist /= max(1.0, float(hist.sum()))
+        mean, std = cv2.meanStdDev(thumb_grey)
+        return cls(grey, thumb.astype(np.float32), hist, float(std[0, 0]), float(mean[0, 0]))
+
 
 def frame_signals(small_bgr: np.ndarray, grey: np.ndarray) -> FrameSignals:
-    """The per-frame signals of an analysis frame and its grey version."""
+    """The per-frame signals of a BGR analysis frame and its grey version."""
     thumb = small_bgr
     while max(thumb.shape[:2]) >= 2 * THUMB - 16 and min(thumb.shape[:2]) >= 4:
         # Halving by pixel-pair means is OpenCV's fast area path (other ratios cost 5-15x as much).
         height, width = thumb.shape[0] & ~1, thumb.shape[1] & ~1
         thumb = cv2.resize(thumb[:height, :width], (width // 2, height // 2), interpolation=cv2.INTER_AREA)
-    hist = cv2.calcHist([thumb], [0, 1, 2], None, [8, 8, 8], [0, 256, 0, 256, 0, 256]).ravel()
-    hist /= max(1.0, float(hist.sum()))
-    thumb_grey = cv2.cvtColor(thumb, cv2.COLOR_BGR2GRAY)
-    mean, std = cv2.meanStdDev(thumb_grey)
-    return FrameSignals(grey, thumb.astype(np.float32), hist, float(std[0, 0]), float(mean[0, 0]))
+    return FrameSignals.of(grey, thumb, cv2.cvtColor(thumb, cv2.COLOR_BGR2GRAY))
 
 
 @dataclass(frozen=True)
@@ -219,7 +232,7 @@ class CombinedDetector:
             self._pix.append(cv2.countNonZero(cv2.threshold(moved, PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1])
                              / moved.size)
             assert self._last_hist is not None
-            self._hist.append(0.5 * float(np.abs(signals.hist - self._last_hist).sum()))
+            self._hist.append(0.5 * cv2.norm(signals.hist, self._last_hist, cv2.NORM_L1))
         self._std.append(signals.std)
         self._mean.append(signals.mean)
         self._thumbs[index] = signals.thumb
