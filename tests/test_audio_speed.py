@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import resource
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +12,11 @@ import pytest
 from faster_whisper import decode_audio
 from faster_whisper.audio import pad_or_trim
 
+from mediafleet.workers.audio import memory
 from mediafleet.workers.audio import transcribe as transcribe_module
 from mediafleet.workers.audio.decode import open_audio
 from mediafleet.workers.audio.model import whisper
+
 from tests.test_audio import DATA, LIMITS, pcm16, transcribe, write_wav
 
 
@@ -51,3 +56,58 @@ def test_a_transcription_of_several_batches_is_what_the_batched_encoder_gives(
     plain = transcribe(path)
     assert len(ours.segments) >= 8
     assert ours.model_dump() == plain.model_dump()
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _glibc() -> ctypes.CDLL:
+    libc = memory._glibc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        pytest.skip("glibc (2.33 or later) only")
+    libc.mallinfo2.restype = _MallInfo2
+    return libc
+
+
+def _mmapped_bytes(libc: ctypes.CDLL) -> int:
+    return libc.mallinfo2().hblkhd
+
+
+def test_big_blocks_come_from_the_heap_while_held_and_from_mmap_again_after() -> None:
+    libc = _glibc()
+    size = 64 << 20
+    with memory.held_allocations():
+        before = _mmapped_bytes(libc)
+        block = np.ones(size, dtype=np.uint8)
+        assert _mmapped_bytes(libc) - before < size  # from the heap: freed, it stays for the next one
+        del block
+    before = _mmapped_bytes(libc)
+    block = np.ones(size, dtype=np.uint8)
+    assert _mmapped_bytes(libc) - before >= size  # mmapped, and unmapped when freed, as glibc does by default
+    del block
+
+
+def _faults_and_result(path: Path) -> tuple[int, dict]:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    result = transcribe(path)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, result.model_dump()
+
+
+def test_holding_allocations_spares_the_page_faults_and_changes_no_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three windows: the encoder's big buffers are reused, not faulted in afresh for each layer."""
+    _glibc()
+    if whisper().device != "cpu":
+        pytest.skip("allocations are held on the CPU only")
+    speech = pcm16(DATA / "speech.flac")
+    pause = np.zeros(16000 // 2, dtype=np.int16)
+    path = write_wav(tmp_path / "long.wav", np.concatenate([speech, pause] * 8))
+    transcribe(path)  # the model's first run in this process, counted in neither
+    held_faults, held = _faults_and_result(path)
+    monkeypatch.setattr(transcribe_module, "held_allocations", contextlib.nullcontext)
+    plain_faults, plain = _faults_and_result(path)
+    assert held == plain
+    assert held_faults * 2 < plain_faults, (held_faults, plain_faults)

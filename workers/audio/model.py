@@ -27,6 +27,7 @@ from mediafleet.contract.common import ModelRef, sha256_digest
 from mediafleet.contract.digests import hash_file
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
+from mediafleet.workers.audio.memory import one_arena
 from mediafleet.workers.engines import EngineConfig, engine_config
 from mediafleet.workers.gpu import visible_gpus
 
@@ -133,6 +134,7 @@ def _load(folder: Path, config: EngineConfig) -> Whisper:
             raise Unavailable("this GPU worker sees no CUDA device that runs float16")
     else:
         device, compute_type = "cpu", "int8"
+        one_arena()  # CTranslate2's thread then allocates where held_allocations can keep it
     try:
         model = WhisperModel(
             str(folder),

@@ -26,6 +26,7 @@ Rules that keep every segment a valid AudioRange (documented in the README):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +39,10 @@ from mediafleet.contract.common import Producer
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InternalError
 from mediafleet.contract.manifest import Limits
 from mediafleet.workers.audio.decode import SAMPLE_RATE, SAMPLES_PER_MS, open_audio
+from mediafleet.workers.audio.memory import held_allocations
 from mediafleet.workers.audio.model import Whisper, whisper
 from mediafleet.workers.audio.sentences import abbreviation, ends_sentence
+from mediafleet.workers.audio.spec import SPEC
 from mediafleet.workers.audio.vad import (
     FixedWindows,
     Samples,
@@ -47,7 +50,6 @@ from mediafleet.workers.audio.vad import (
     Window,
     WindowPacker,
 )
-from mediafleet.workers.audio.spec import SPEC
 from mediafleet.workers.sink import BlobSink
 from mediafleet.workers.spec import ProgressFn
 
@@ -347,7 +349,8 @@ def extract_audio(
     engine = whisper()
     if options.language not in (None, "en") and not engine.multilingual:
         raise CapabilityRefused("the configured Whisper model transcribes English only", code=ErrorCode.INVALID_REQUEST)
-    with open_audio(path, limits) as audio:
+    held = held_allocations() if engine.device == "cpu" else contextlib.nullcontext()
+    with held, open_audio(path, limits) as audio:
         declared = audio.declared_seconds
         run = _Run(engine, options, None if declared is None else math.ceil(declared), progress)
         for block in audio.blocks():
