@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import cv2
 import numpy as np
 from PIL import Image
 
@@ -19,8 +18,14 @@ __all__ = ["hamming", "near_duplicates", "phash", "phash_hex"]
 
 
 def phash(bgr: np.ndarray) -> int:
-    """The 64-bit pHash of an upright BGR frame."""
-    return int(image_phash(Image.fromarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))), 16)
+    """The 64-bit pHash of an upright BGR frame.
+
+    Pillow reads the BGR bytes as RGB itself (its raw ``BGR`` mode): the same RGB image as
+    converting first, without a full-size conversion and copy.
+    """
+    bgr = np.ascontiguousarray(bgr)
+    height, width = bgr.shape[:2]
+    return int(image_phash(Image.frombuffer("RGB", (width, height), bgr, "raw", "BGR", 0, 1)), 16)
 
 
 def phash_hex(value: int) -> str:
