@@ -146,3 +146,33 @@ def test_a_long_pause_after_mr_does_not_end_the_segment(tmp_path: Path) -> None:
     mr, john = segment.words[1], segment.words[2]
     assert john.start_ms - mr.end_ms >= 1000  # the pause is there, and did not cut
     assert_invariants(result)
+
+
+@needs_espeak
+def test_without_word_times_a_window_ending_at_mr_joins_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No word times to cut at: the window that stops at "Mr." and the next are one segment."""
+    first, rest = DASHWOOD.split(" John ", 1)
+    audio = np.concatenate([_silence(0.5), _say(first, tmp_path, "a"), _silence(0.6),
+                            _say(f"John {rest}", tmp_path, "b"), _silence(0.6), _say(MORE, tmp_path, "c"),
+                            _silence(0.5)])
+    path = write_wav(tmp_path / "three-windows.wav", audio)
+    windows: list[tuple[int, int]] = []
+
+    class OneSecond(vad.WindowPacker):
+        def _flush(self) -> vad.Window:
+            window = super()._flush()
+            windows.append((window.start * 1000 // SAMPLE_RATE, window.end * 1000 // SAMPLE_RATE))
+            return window
+
+    monkeypatch.setattr(transcribe_module, "WindowPacker", lambda max_samples: OneSecond(SAMPLE_RATE))
+    result = transcribe(path, word_timestamps=False)
+    assert len(windows) >= 3  # "And Mr.", "John Dashwood ...", then the rest
+    joined, *others = result.segments
+    assert words(joined.text)[:3] == words("And Mr. John")
+    assert words(joined.text)[-3:] == words("do for them.")
+    assert joined.words is None
+    assert (joined.start_ms, joined.end_ms) == (windows[0][0], windows[1][1])  # both windows' span
+    assert others  # a window that ended a sentence was not joined
+    for segment in result.segments:
+        assert not abbreviation(f" {segment.text.split()[-1]}", None), segment.text
+    assert_invariants(result)
