@@ -16,6 +16,7 @@ __all__ = [
     "Cancelled",
     "CapabilityRefused",
     "ErrorCode",
+    "FleetUnreachable",
     "InputRejected",
     "IntegrityError",
     "InternalError",
@@ -138,6 +139,12 @@ class Unavailable(MediafleetError):
 
     code = ErrorCode.ENGINE_UNAVAILABLE
     retryable = True
+
+
+class FleetUnreachable(Unavailable):
+    """The fleet's broker or result backend cannot be reached (nothing is wrong with the artifact):
+    what the dispatcher raises for every Redis or kombu connection failure, translated once at its
+    boundary (the CLI exits 3; the MCP server answers a retryable ``engine_unavailable``)."""
 
 
 class InternalError(MediafleetError):

@@ -17,7 +17,7 @@ from mediafleet.contract.errors import PublicError
 from mediafleet.contract.manifest import DeviceClass, Modality
 from mediafleet.contract.results import ExtractionResult
 
-__all__ = ["ArtifactRef", "ExtractRequest", "JobId", "JobState", "Outcome", "PartOf", "Progress"]
+__all__ = ["ArtifactRef", "ExtractRequest", "JobId", "JobState", "Outcome", "PartOf", "Progress", "Span"]
 
 JobId = Annotated[str, AfterValidator(matching(r"mf-[0-9a-f]{32}",
                                                "a job id is 'mf-' followed by 32 lowercase hex characters"))]
@@ -31,16 +31,26 @@ class ArtifactRef(Strict):
 
 
 class PartOf(Strict):
-    """The caller's job that this job is one part of (a video job's speech, on the audio queue).
+    """The caller's job that this job is one part of (a video job's speech on the audio queue, one
+    page range of a long PDF's).
 
-    The part is authorised by the parent's capability (its media types, size limit and declared
-    locus kinds), runs with its own capability's engine, limits and device classes, and reports its
-    outcome into the parent's record, where the parts are joined into the one outcome the caller sees.
+    The part is authorised by the parent's capability (its media types, size limit, declared parts
+    and locus kinds), runs with its own capability's engine, limits and device classes, and reports
+    its outcome into the parent's record, where the parts are joined into the one outcome the caller
+    sees. ``part`` is its name in that record: the manifest's part name, and for a split part its
+    range (``pages:33-64``).
     """
 
     job_id: JobId
     action: str
-    part: Literal["speech"] = "speech"
+    part: Annotated[str, Field(pattern=r"^[a-z_]+(:[0-9]+-[0-9]+)?$")] = "speech"
+
+
+class Span(Strict):
+    """The range of a split job one delivery reads: units ``first`` to ``last`` (1-based, inclusive)."""
+
+    first: Annotated[int, Field(strict=True, ge=1)]
+    last: Annotated[int, Field(strict=True, ge=1)]
 
 
 class ExtractRequest(Strict):
@@ -52,6 +62,9 @@ class ExtractRequest(Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     device: DeviceClass = DeviceClass.CPU
     part_of: PartOf | None = None
+    span: Span | None = Field(
+        None, description="one part of a split job: the range it reads (not in the job id: the joined result is "
+        "the one run's); None: the whole artifact")
     threads: Annotated[int, Field(ge=1)] | None = Field(
         None, description="engine threads the job runs with (they change Whisper's and OCR's numbers, so the job "
         "id names them); None: the worker's own setting")

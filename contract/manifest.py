@@ -14,7 +14,7 @@ from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -30,6 +30,7 @@ __all__ = [
     "Manifest",
     "Modality",
     "OptionRule",
+    "Part",
     "TimeLimits",
     "default_manifest",
     "load_manifest",
@@ -117,6 +118,32 @@ class OptionRule(Strict):
         return True
 
 
+class Part(Strict):
+    """A part a capability's job fans out on the fleet: the data the one parts module plans from.
+
+    Two kinds. A *companion* part runs another capability (``action``) on the same artifact beside
+    the job, turned on by one of the job's boolean options (``option``; a video's speech: the
+    ``transcribe_segments`` capability, ``speech``); the parent must declare every locus kind the
+    companion's capability produces. A *split* part (``split``: the unit, ``size`` of them per
+    part) cuts the job itself into ranges that run as parts of the one job, on as many workers as
+    are free, and are joined in order into the result one run gives (a long PDF's pages).
+    In-process, neither fans out: the job makes the same result in one run.
+    """
+
+    action: str | None = Field(None, description="companion: the capability the part runs")
+    option: str | None = Field(None, description="companion: the boolean option that turns the part on")
+    split: Literal["pages"] | None = Field(None, description="split: the unit the job is cut into ranges of")
+    size: Annotated[int, Field(strict=True, ge=1)] | None = Field(None, description="split: units per part")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Part:
+        companion = self.action is not None and self.option is not None and self.split is None and self.size is None
+        split = self.split is not None and self.size is not None and self.action is None and self.option is None
+        if not (companion or split):
+            raise ValueError("a part is a companion (action and option) or a split (split and size)")
+        return self
+
+
 class Capability(Strict):
     """One thing the fleet can do, named by the callers' action."""
 
@@ -134,6 +161,8 @@ class Capability(Strict):
         description="bumped whenever output for the same input may change; the one value the job id, the "
         "derivation ref and every locus id derive from")
     options: dict[str, OptionRule] = Field(default_factory=dict)
+    parts: dict[str, Part] = Field(
+        default_factory=dict, description="the parts a job fans out on the fleet, by name (none: one task)")
 
     @field_validator("produces", mode="before")
     @classmethod
@@ -199,6 +228,9 @@ class Capability(Strict):
             and other.time_limits.hard_s <= self.time_limits.hard_s
             and other.time_limits.soft_s <= self.time_limits.soft_s
             and all(n in self.options and r.within(self.options[n]) for n, r in other.options.items())
+            # Parts may be dropped (the job then runs as one task) or cut in other sizes, not added.
+            and all(n in self.parts and self.parts[n].model_copy(update={"size": p.size}) == p
+                    for n, p in other.parts.items())
         )
 
 
@@ -278,7 +310,7 @@ class Manifest(Strict):
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict) and key != "options":
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict) and key not in ("options", "parts"):
             out[key] = _deep_merge(out[key], value)
         else:
             out[key] = value

@@ -442,7 +442,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
                  saved: _Saved) -> int:
     """Run one opened input and show what it gave; returns its exit status."""
     from mediafleet.adapters.prov import to_turtle
-    from mediafleet.contract.errors import MediafleetError, TimedOut
+    from mediafleet.contract.errors import FleetUnreachable, MediafleetError, TimedOut
     from mediafleet.contract.jobs import JobState
     from mediafleet.inputs import check_input
     from mediafleet.report.text import summary_lines
@@ -461,7 +461,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
             print(f"{item.name}: job {job.id} {state.value}; follow it with: mediafleet status {job.id}",
                   file=sys.stderr)
             if state == JobState.HELD:
-                record = dispatcher.jobs().get(job.id)
+                record = job.record()  # type: ignore[attr-defined]  # a fleet job's
                 reason = record.held_reason if record is not None and record.held_reason else "no live worker for it"
                 print(f"{item.name}: held: {reason}; it starts when a worker comes up (mediafleet worker); "
                       "waiting (Ctrl-C stops the wait, not the job)", file=sys.stderr)
@@ -479,15 +479,15 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         else:
             print(f"{item.name}: stopped waiting; job {job.id} goes on: mediafleet status {job.id}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except MediafleetError as exc:
-        show.clear()
-        print(f"mediafleet extract: {item.name}: {exc.message}", file=sys.stderr)
-        return EXIT_FAILED
-    except unreachable_errors():
+    except FleetUnreachable:
         show.clear()
         print(f"mediafleet extract: the fleet's broker cannot be reached at {_broker_shown(dispatcher.settings)}",
               file=sys.stderr)
         return EXIT_UNREACHABLE
+    except MediafleetError as exc:
+        show.clear()
+        print(f"mediafleet extract: {item.name}: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
     show.clear()
     status = EXIT_OK
     if bundle.status != "ok":
@@ -555,6 +555,7 @@ def _home(path: Path) -> str:
 
 
 def _fleet_command(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
+    from mediafleet.contract.errors import FleetUnreachable
     from mediafleet.dispatch import Dispatcher
 
     if settings.broker_url is None:
@@ -571,9 +572,10 @@ def _fleet_command(args: argparse.Namespace, settings: Any, manifest: Any) -> in
             return EXIT_OK
         report: dict[str, Any] = dispatcher.status()
         if args.job:
-            record = dispatcher.jobs().get(args.job)
+            job = dispatcher.job(args.job)
+            record = job.record() if job is not None else None  # type: ignore[attr-defined]  # a fleet job's
             report["job"] = record.summary() if record else {"job_id": args.job, "state": "unknown"}
-    except unreachable_errors():
+    except FleetUnreachable:
         print(f"mediafleet {args.command}: the fleet's broker cannot be reached at {_broker_shown(settings)}",
               file=sys.stderr)
         return EXIT_UNREACHABLE

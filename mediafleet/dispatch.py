@@ -27,6 +27,7 @@ from mediafleet.jobstore import JobStore, queue_lists  # noqa: F401 - queue_list
 from mediafleet.orchestrator import Orchestrator, orchestrator_for
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
+from mediafleet.unreachable import translating
 
 if TYPE_CHECKING:
     from mediafleet.orchestrator_celery import CeleryOrchestrator
@@ -66,6 +67,7 @@ class Dispatcher:
     def in_process(self) -> bool:
         return self.settings.broker_url is None
 
+    @translating
     def submit(self, artifact: Artifact, **request: Unpack[Submission]) -> Job:
         """Admit, store and run (or enqueue) one artifact.
 
@@ -87,7 +89,7 @@ class Dispatcher:
                 capability = self.admission.check(sniffed, size, action, media_type, options)
             except MediafleetError as exc:
                 return claimed(self.admission.refused(digest_of(opened), size, sniffed, action, exc.public()), claims)
-            audio = self.orchestrator.audio_track(opened, capability)
+            facts = self.orchestrator.facts(opened, capability)
             try:
                 digest, stored_size = self.admission.store_stream(opened)
             except OSError as exc:
@@ -97,8 +99,9 @@ class Dispatcher:
         if stored_size != size:
             changed = InputRejected("the artifact changed while it was read").public()
             return claimed(self.admission.refused(digest, stored_size, sniffed, action, changed), claims)
-        return claimed(self._start(digest, size, sniffed, capability, options, request, audio), claims)  # type: ignore[arg-type]
+        return claimed(self._start(digest, size, sniffed, capability, options, request, facts), claims)  # type: ignore[arg-type]
 
+    @translating
     def submit_stored(self, digest: str, **request: Unpack[Submission]) -> Job:
         """Like :meth:`submit`, for an artifact the blob store already holds (too big to pass inline).
 
@@ -121,16 +124,16 @@ class Dispatcher:
                     sniffed = sniff(fh.read(HEAD))
                 claims = claims_for(claims, media_type, sniffed)
                 capability = self.admission.check(sniffed, size, action, media_type, options)
-                audio = self.orchestrator.audio_track(path, capability)
+                facts = self.orchestrator.facts(path, capability)
         except MediafleetError as exc:
             return claimed(self.admission.refused(digest, size, sniffed, action, exc.public()),
                            claims_for(claims, media_type, sniffed))
-        return claimed(self._start(digest, size, sniffed, capability, options, request, audio), claims)  # type: ignore[arg-type]
+        return claimed(self._start(digest, size, sniffed, capability, options, request, facts), claims)  # type: ignore[arg-type]
 
     def _start(self, digest: str, size: int, media_type: str, capability: Capability, options: dict[str, Any],
-               request: Submission, has_audio: bool | None) -> Job:
+               request: Submission, facts: dict[str, Any]) -> Job:
         extract = self.admission.request(digest, size, media_type, capability, options)
-        return self.orchestrator.start(extract, capability, request, has_audio)
+        return self.orchestrator.start(extract, capability, request, facts)
 
     def precheck(self, head: bytes, size: int, digest: str, *, action: str | None, media_type: str | None,
                  options: Mapping[str, Any], claims: CallerClaims | None = None) -> EvidenceBundle | None:
@@ -152,14 +155,17 @@ class Dispatcher:
         """This call's claims: the caller's digest facts, and its media type against the bytes'."""
         return claims_for(claims, claimed, sniffed)
 
+    @translating
     def job(self, job_id: str) -> Job | None:
         """A handle on a job submitted earlier (by any dispatcher of this fleet)."""
         return self.orchestrator.job(job_id)
 
+    @translating
     def cancel(self, job_id: str) -> JobState | None:
         """Cancel a job; returns its state afterwards (None for an unknown job)."""
         return self.orchestrator.cancel(job_id)
 
+    @translating
     def status(self) -> dict[str, Any]:
         """Queue lengths per capability queue, and live workers by device class."""
         return self.orchestrator.status()

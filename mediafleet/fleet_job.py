@@ -1,8 +1,8 @@
 """The fleet's handle on one job: its state from the fleet's job record, woken by Celery's result.
 
 It also settles a job whose worker could not report (killed, timed out, revoked): the failure is
-recorded as that job's, and a job with a speech part is joined here when its last reporter died
-before joining.
+recorded as that job's (a part's reported into its job through the same path a worker reports
+by), and a job with parts is joined here when its last reporter died before joining.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.job import Job
 from mediafleet.jobstore import JobRecord, JobStore
-from mediafleet.unreachable import redis_away_errors
-from mediafleet.workers.parts import SPEECH_ACTION
+from mediafleet.unreachable import redis_away_errors, translating
+from mediafleet.workers.parts import decides
 
 __all__ = ["FleetJob", "join_and_index"]
 
@@ -54,8 +54,8 @@ def join_and_index(jobs: JobStore, job_id: str, manifest: Manifest, index_settin
 class FleetJob(Job):
     """A job on the fleet: its state from the fleet's job record, woken by Celery's result.
 
-    A job with a speech part is waited on through its own task until that has reported, then
-    through the speech job's; whichever reports last writes the joined outcome.
+    A job with parts is waited on through its own task until that has reported, then through each
+    part still to report, in turn; whichever reports last writes the joined outcome.
     """
 
     def __init__(self, app: Any, jobs: JobStore, capability: Capability, request: ExtractRequest,
@@ -68,24 +68,48 @@ class FleetJob(Job):
         self._manifest = manifest
         self._index_setting = index_setting  # settings.discovery_index, for a join done here
 
+    @translating
     def record(self) -> JobRecord | None:
         return self._jobs.get(self.id)
 
+    @translating
     def state(self) -> JobState:
         record = self.record()
         return record.state if record is not None else JobState.FAILED
 
+    @translating
     def progress(self) -> Progress | None:
-        """The job's own progress; once only its speech part runs, that part's (in seconds)."""
+        """The job's progress: a split job's summed over its ranges (pages across parts); a job
+        whose own task reported while a companion part runs, that part's (a video's speech, in
+        seconds); else its own."""
         record = self.record()
         if record is None:
             return None
-        if (part := self._running_part(record)) is not None and (speech := self._jobs.get(part)) is not None:
-            return speech.progress
+        if record.parts and (span := record.request.span) is not None:
+            return self._split_progress(record, span.last - span.first + 1)
+        if (part := self._running_part(record)) is not None and (running := self._jobs.get(part)) is not None:
+            return running.progress
         return record.progress
 
+    def _split_progress(self, record: JobRecord, own_total: int) -> Progress:
+        done, total, unit = 0, 0, None
+        for name, job_id in [(None, self.id), *record.parts.items()]:
+            part = record if name is None else self._jobs.get(job_id)
+            span = part.request.span if part is not None else None
+            size = span.last - span.first + 1 if span is not None else own_total
+            progress = part.progress if part is not None else None
+            finished = part is not None and (part.final or (name is None and record.own_reported))
+            if finished:
+                done += size
+            elif progress is not None and progress.total:
+                done += min(size, size * progress.done // progress.total)  # its share of its range
+            total += size
+            unit = unit or (progress.unit if progress is not None else None)
+        return Progress(done=min(done, total), total=total, unit=unit or "pages")
+
+    @translating
     def cancel(self) -> JobState | None:
-        """Stop the job (and its speech part): a queued job never starts; a running one stops at its
+        """Stop the job (and every part): a queued job never starts; a running one stops at its
         next progress point.
 
         Cancellation lives in the job record, not in Celery's revoke list (which workers keep in
@@ -95,10 +119,10 @@ class FleetJob(Job):
 
     @staticmethod
     def _running_part(record: JobRecord) -> str | None:
-        """The speech job still to report, once the job's own task has (else None)."""
-        if record.speech_job is not None and record.part("video") is not None and not record.final:
-            return record.speech_job
-        return None
+        """The first part still to report, once the job's own task has (else None)."""
+        if not record.parts or not record.own_reported or record.final:
+            return None
+        return next((job_id for name, job_id in record.parts.items() if not record.reported(name)), None)
 
     def _finished(self) -> Outcome | None:
         record = self.record()
@@ -108,6 +132,7 @@ class FleetJob(Job):
             return outcome
         return None
 
+    @translating
     def bundle(
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
@@ -152,9 +177,9 @@ class FleetJob(Job):
         """A task this job waits on has ended but the job has no outcome yet: find out why.
 
         Its worker may have been killed or timed out before writing one (the job fails here with
-        the reason); a speech part's worker likewise (its failure is reported into the job as the
-        speech part's); or the last reporter died before joining (the join is done here). None when
-        the outcome is simply on its way.
+        the reason); a part's worker likewise (its failure is reported into the job as that
+        part's, and decides the job when the part's kind says so); or the last reporter died
+        before joining (the join is done here). None when the outcome is simply on its way.
         """
         # Read after the task was seen ending: a task reports before it ends, so this record holds
         # whatever it reported (one read before that could wrongly count its job as lost).
@@ -163,20 +188,31 @@ class FleetJob(Job):
             return outcome
         part = self._running_part(record) if record is not None else None
         if part is None:
-            if record is not None and record.part("video") is not None:
-                return self._finished()  # its own task reported and the job finished meanwhile
+            if record is not None and record.own_reported:
+                # Its own task and every part reported: joined meanwhile, or the joiner died.
+                if not record.final and record.pending_parts <= 0 and self._stuck():
+                    join_and_index(self._jobs, self.id, self._manifest, self._index_setting)
+                return self._finished()
             lost = self._lost(self._app.AsyncResult(self.id), self._request)
-            if lost is not None and record is not None and record.speech_job is not None:
-                self._jobs.cancel(record.speech_job)  # the job failed: its speech part is not wanted
+            if lost is not None and record is not None:
+                for job_id in record.parts.values():
+                    self._jobs.cancel(job_id)  # the job failed: its parts are not wanted
             return lost
-        speech = self._jobs.get(part)
-        if speech is not None and speech.final and speech.outcome is not None:
-            reported: Outcome | None = speech.outcome
-        else:
-            reported = self._lost(self._app.AsyncResult(part), speech.request if speech else self._part_request(part))
+        assert record is not None
+        name = next(n for n, job_id in record.parts.items() if job_id == part)
+        running = self._jobs.get(part)
+        if running is not None and running.final and running.outcome is not None:
+            reported: Outcome | None = running.outcome
+        elif running is not None:
+            reported = self._lost(self._app.AsyncResult(part), running.request)
+        else:  # the part's record is gone (expired): it is lost
+            reported = Outcome.failed(self._request.model_copy(update={"job_id": part}), PublicError(
+                code=ErrorCode.WORKER_LOST, retryable=True, message="the part's record is gone"), _now())
         if reported is None:
             return None
-        if self._jobs.report_part(self.id, "speech", reported) == 0 or self._stuck():
+        parent = self._capability
+        decided = decides(parent, name, reported)
+        if self._jobs.report_part(self.id, name, reported, decides=decided) == 0 or self._stuck():
             join_and_index(self._jobs, self.id, self._manifest, self._index_setting)
         return self._finished()
 
@@ -185,9 +221,6 @@ class FleetJob(Job):
         time.sleep(0.2)
         record = self.record()
         return record is not None and not record.final and record.pending_parts <= 0
-
-    def _part_request(self, part: str) -> ExtractRequest:
-        return self._request.model_copy(update={"job_id": part, "action": SPEECH_ACTION})
 
     def _lost(self, result: Any, request: ExtractRequest) -> Outcome | None:
         """The outcome of a task whose worker could not write one (killed, timed out, revoked),

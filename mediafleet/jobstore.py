@@ -26,6 +26,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -163,12 +164,12 @@ return redis.call('HGET', KEYS[1], 'token')
 # message's token, ARGV[5] job id. Counts a delivery and marks the job started, owned by this
 # delivery (its number), unless it finished or was cancelled. A message whose token is not the
 # record's (left over from a submission that was cancelled and claimed again) is stale: -1.
-# Returns {attempts, state before, the speech part it fanned out or ''}.
+# Returns {attempts, state before, the parts it fanned out (JSON) or ''}.
 _START = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {0, '', ''} end
-local speech_job = redis.call('HGET', KEYS[1], 'speech_job') or ''
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[4] then return {-1, state, speech_job} end
+local parts = redis.call('HGET', KEYS[1], 'parts') or ''
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[4] then return {-1, state, parts} end
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if state ~= 'cancelled' and state ~= 'done' and state ~= 'failed' then
   redis.call('HSET', KEYS[1], 'state', 'started', 'hostname', ARGV[1], 'pid', ARGV[2], 'updated_at', ARGV[3],
@@ -178,7 +179,7 @@ elseif state == 'cancelled' and redis.call('HEXISTS', KEYS[1], 'outcome') == 0
        and redis.call('HEXISTS', KEYS[1], 'outcome_ref') == 0 then
   redis.call('HSET', KEYS[1], 'owner', attempts)  -- this delivery writes the cancelled outcome
 end
-return {attempts, state, speech_job}
+return {attempts, state, parts}
 """
 
 # KEYS[1] record, KEYS[2] the started set; ARGV[1] the delivery that must own the record ('' for
@@ -196,7 +197,9 @@ if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[2] then ret
 if ARGV[3] ~= '' and (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[3] then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 7))
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'completions', 1) end
-redis.call('HDEL', KEYS[1], 'part:video', 'part:speech')
+for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if string.sub(name, 1, 5) == 'part:' then redis.call('HDEL', KEYS[1], name) end
+end
 redis.call('SREM', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'keep_s') or ARGV[6]))
 return 1
@@ -239,8 +242,9 @@ return redis.call('HGET', KEYS[1], 'token')
 
 
 # KEYS[1] the caller's job record; ARGV[1] part name, ARGV[2] its outcome (JSON), ARGV[3] '1' when
-# this part decides the job alone (a failed video part), ARGV[4] now, ARGV[5] the delivery that must
-# own the record ('' for any: a part reporting into its caller). Records a part's outcome once;
+# this part decides the job alone (a failed own task or page range), ARGV[4] now, ARGV[5] the delivery
+# that must own the record ('' for any: a part reporting into its caller; given, it is the job's own
+# task, and the record notes that it reported). Records a part's outcome once;
 # returns how many parts are still to report (0: the caller joins them now), or -1 when there is
 # nothing to do (the job already finished, or this part reported before).
 _REPORT = """
@@ -250,6 +254,7 @@ if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[5] then return
 local field = 'part:' .. ARGV[1]
 if redis.call('HEXISTS', KEYS[1], field) == 1 then return -1 end
 redis.call('HSET', KEYS[1], field, ARGV[2], 'updated_at', ARGV[4])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'own_reported', '1') end
 local left = redis.call('HINCRBY', KEYS[1], 'pending_parts', -1)
 if ARGV[3] == '1' and left > 0 then
   redis.call('HSET', KEYS[1], 'pending_parts', 0)
@@ -392,16 +397,26 @@ class JobRecord:
         return Outcome.failed(self.request, error, datetime.now(UTC))
 
     @property
-    def speech_job(self) -> str | None:
-        """The speech part this job fanned out (a video job with speech on), if any."""
-        return self._f.get("speech_job") or None
+    def parts(self) -> dict[str, str]:
+        """The parts this job fanned out: part name -> the part's job id (none: one task)."""
+        raw = self._f.get("parts")
+        return json.loads(raw) if raw else {}
 
     @property
     def pending_parts(self) -> int:
         return int(self._f.get("pending_parts") or 0)
 
+    @property
+    def own_reported(self) -> bool:
+        """Whether the job's own task reported its outcome into the record (a job with parts)."""
+        return self._f.get("own_reported") == "1"
+
+    def reported(self, name: str) -> bool:
+        return "part:" + name in self._f
+
     def part(self, name: str) -> Outcome | None:
-        """The outcome a part reported (``video``: this job's own task; ``speech``: its speech job)."""
+        """The outcome a part reported (the job's own task under its modality's name, e.g.
+        ``video``; a part under its name, e.g. ``speech`` or ``pages:33-64``)."""
         raw = self._f.get("part:" + name)
         return Outcome.model_validate_json(raw) if raw else None
 
@@ -412,11 +427,13 @@ class JobRecord:
     def summary(self) -> dict[str, Any]:
         """What ``mediafleet status JOB`` shows (no request options, no outcome body)."""
         keep = ("state", "action", "attempts", "completions", "held_reason", "hostname", "device", "priority",
-                "error_code", "speech_job", "parent", "lost_worker", "submitted_at", "updated_at")
+                "error_code", "parent", "lost_worker", "submitted_at", "updated_at")
         out: dict[str, Any] = {"job_id": self.job_id, **{k: self._f[k] for k in keep if self._f.get(k)}}
         if (p := self.progress) is not None:
             out["progress"] = p.model_dump()
-        if self.speech_job is not None and not self.final:
+        if self.parts:
+            out["parts"] = self.parts
+        if self.parts and not self.final:
             out["parts_pending"] = self.pending_parts
         if self.state == JobState.STARTED and self.worker_alive is False:
             out["worker_alive"] = False  # its worker's heartbeat is gone: it will be delivered again
@@ -508,12 +525,12 @@ class JobStore:
                 return False
 
     def claim(self, request: ExtractRequest, *, state: JobState, held_reason: str | None, priority: int,
-              keep_s: int, speech_job: str | None = None) -> str | None:
+              keep_s: int, parts: Mapping[str, str] | None = None) -> str | None:
         """Record a new job and return the token its message must carry; None when a live record
         for the same job already exists.
 
-        ``speech_job`` names the speech part the job fans out: the job then finishes when both its
-        own task and that part have reported (:meth:`report_part`).
+        ``parts`` names the parts the job fans out (part name -> job id): the job then finishes when
+        its own task and every part have reported (:meth:`report_part`).
         """
         now = str(time.time())
         token = uuid.uuid4().hex
@@ -524,8 +541,8 @@ class JobStore:
             "held_reason": held_reason or "", "keep_s": str(max(keep_s, self._ttl_s)),
             "submitted_at": now, "updated_at": now, "sent": "0",
         }
-        if speech_job is not None:
-            fields.update(speech_job=speech_job, pending_parts="2")
+        if parts:
+            fields.update(parts=json.dumps(dict(parts)), pending_parts=str(len(parts) + 1))
         if request.part_of is not None:
             fields["parent"] = request.part_of.job_id
         flat = [x for kv in fields.items() for x in kv]
@@ -583,20 +600,20 @@ class JobStore:
         token = self._resend(keys=[self.key(job_id)], args=[time.time(), after_s])
         return token.decode() if isinstance(token, bytes) else token
 
-    def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None, str | None]:
-        """Count a delivery; returns (deliveries so far, the state before this one, the speech part
-        the job fanned out or None).
+    def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None, dict[str, str]]:
+        """Count a delivery; returns (deliveries so far, the state before this one, the parts the
+        job fanned out: name -> job id).
 
         Deliveries are -1 for a stale message (not this submission's) and 0 for an unknown job.
         Otherwise the count is this delivery's number, which owns the record from now on: pass it
         as ``delivery`` to :meth:`finish` and :meth:`report_part`.
         """
-        attempts, before, speech_job = (
+        attempts, before, parts = (
             v.decode() if isinstance(v, bytes) else v
             for v in self._start(keys=[self.key(job_id), _STARTED],
                                  args=[hostname, os.getpid(), time.time(), token, job_id])
         )
-        return int(attempts), (JobState(before) if before else None), speech_job or None
+        return int(attempts), (JobState(before) if before else None), json.loads(parts) if parts else {}
 
     def progress(self, job_id: str, done: int, total: int | None, unit: str) -> JobState | None:
         """Record progress; returns the current state (so a worker sees a cancellation)."""
@@ -655,7 +672,7 @@ class JobStore:
         0 means this reporter is the last and joins the parts (exactly one reporter sees 0); -1
         means nothing to do (the job finished already, the part reported before, or ``delivery``,
         the reporting delivery of the job's own task, no longer owns the record). With ``decides``
-        (a failed video part) no other part is waited for.
+        (a failed own task or page range) no other part is waited for.
         """
         left = self._report(keys=[self.key(job_id)],
                             args=[part, outcome.model_dump_json(), "1" if decides else "0", time.time(),
@@ -675,13 +692,13 @@ class JobStore:
                     current = JobState(state.decode())
                     if current in (JobState.DONE, JobState.FAILED, JobState.CANCELLED):
                         return current
-                    own_part_in = pipe.hexists(key, "part:video")
-                    speech_job = pipe.hget(key, "speech_job")
+                    own_part_in = pipe.hget(key, "own_reported") == b"1"
+                    parts = pipe.hget(key, "parts")
                     pipe.multi()
                     pipe.hset(key, mapping={"state": JobState.CANCELLED.value, "updated_at": time.time()})
                     pipe.execute()
-                    if speech_job:
-                        self.cancel(speech_job.decode())
+                    for part in json.loads(parts).values() if parts else ():
+                        self.cancel(part)
                     if current == JobState.HELD or own_part_in:
                         # On no queue, or its own task already finished (only a part was still
                         # running): no worker will write its outcome, so write it here.

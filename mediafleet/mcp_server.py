@@ -53,6 +53,7 @@ from mediafleet.contract.digests import digest_of_ref, hash_bytes
 from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
+    FleetUnreachable,
     LimitExceeded,
     MediafleetError,
     PublicError,
@@ -64,7 +65,6 @@ from mediafleet import caller_digest
 from mediafleet.dispatch import Dispatcher, Job
 from mediafleet.localjobs import LocalJobs, run_folder, submit_request
 from mediafleet.sniff import sniff
-from mediafleet.unreachable import unreachable_errors
 from mediafleet.workers.registry import SPECS
 
 __all__ = ["DEFAULT_MAX_INLINE_BYTES", "DEFAULT_WAIT_S", "TOOLS", "SidecarTools", "build_server", "serve"]
@@ -242,16 +242,13 @@ class SidecarTools:
             return response, False
         except _Failed as failed:
             error, bundle = failed.error, failed.bundle
-        except MediafleetError as exc:
+        except MediafleetError as exc:  # the fleet unreachable included: retryable engine_unavailable
+            if isinstance(exc, FleetUnreachable):
+                log.warning("%s: the fleet cannot be reached", tool)
             error = exc.public()
         except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes a public error
-            if isinstance(exc, unreachable_errors()):
-                error = PublicError(code=ErrorCode.ENGINE_UNAVAILABLE, message="the fleet cannot be reached",
-                                    retryable=True)
-                log.warning("%s: the fleet cannot be reached (%s)", tool, type(exc).__name__)
-            else:
-                log.exception("%s: unexpected failure", tool)
-                error = to_public(exc)
+            log.exception("%s: unexpected failure", tool)
+            error = to_public(exc)
         log.info("%s: refused or failed: %s, %.0f ms", tool, error.code.value, (time.monotonic() - started) * 1000)
         return failure_response(error, bundle), True
 

@@ -7,7 +7,7 @@ dispatcher calls only what :class:`Orchestrator` declares and never asks which o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, runtime_checkable
@@ -28,13 +28,13 @@ __all__ = ["Orchestrator", "orchestrator_for"]
 class Orchestrator(Protocol):
     """Runs admitted requests somewhere and answers for the jobs it ran."""
 
-    def audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
-        """What this orchestrator must know from the bytes before they are stored: whether a video's
-        header shows an audio track (a fleet queues a speech part only for one that has), else None."""
+    def facts(self, source: Path | BinaryIO, capability: Capability) -> dict[str, Any]:
+        """What this orchestrator must know from the bytes before they are stored, by part name
+        (a fleet plans a job's parts from them: a video's audio track, a PDF's page count)."""
         ...
 
     def start(self, request: ExtractRequest, capability: Capability, submission: Submission,
-              has_audio: bool | None = None) -> Job:
+              facts: Mapping[str, Any] | None = None) -> Job:
         """Run or queue one admitted request; the handle on its job.
 
         Raises:

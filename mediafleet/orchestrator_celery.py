@@ -8,20 +8,20 @@ already there; with no live worker of an allowed device class the job is held, n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, MediafleetError
 from mediafleet.contract.jobs import ExtractRequest, JobState
-from mediafleet.contract.manifest import Capability, DeviceClass, Manifest, Modality
+from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.fleet_job import FleetJob, join_and_index
 from mediafleet.job import Job, refused_job
 from mediafleet.jobstore import JobStore, queue_lists
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
-from mediafleet.workers.parts import speech_part
+from mediafleet.workers.parts import decides, plan, probe
 
 if TYPE_CHECKING:
     from mediafleet.admission import Submission
@@ -74,38 +74,36 @@ class CeleryOrchestrator:
             self._jobs = JobStore.from_settings(self.settings, self._store)
         return self._jobs
 
-    def audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
-        """For a video: whether its header shows an audio track (no speech part is queued for a
-        silent video); None otherwise, or when the header cannot be read."""
-        if capability.modality != Modality.VIDEO:
-            return None
-        from mediafleet.workers.video.probe import has_audio_track
-
-        return has_audio_track(source)
+    def facts(self, source: Path | BinaryIO, capability: Capability) -> dict[str, Any]:
+        """What planning the job's declared parts needs from the bytes (a video's audio track: no
+        speech part for a silent one; a PDF's page count: split past the part's size)."""
+        return probe(source, capability)
 
     def start(self, request: ExtractRequest, capability: Capability, submission: Submission,
-              has_audio: bool | None = None) -> Job:
+              facts: Mapping[str, Any] | None = None) -> Job:
         priority, keep_result_s = submission.get("priority"), submission.get("keep_result_s")
         level = _DEFAULT_PRIORITY if priority is None else priority
         if not 0 <= level <= 9:
             raise CapabilityRefused("priority must be 0 (lowest) to 9 (highest)", code=ErrorCode.INVALID_REQUEST)
         keep_s = keep_result_s or self.settings.result_ttl_s
         try:
-            part = speech_part(request, capability, self.manifest, has_audio)
-        except MediafleetError as exc:  # options that do not fit together, or speech not declared
+            request, parts = plan(request, capability, self.manifest, facts)
+        except MediafleetError as exc:  # options that do not fit together, or a part not declared
             artifact = request.artifact
             return refused_job(self.manifest, artifact.digest, artifact.bytes, artifact.media_type, request.action,
                                exc.public(), self._clock())
-        request, created = self._queue(request, capability, level, keep_s, speech_job=part.job_id if part else None)
-        if created and part is not None:
-            self._queue_part(part, level, keep_s)
+        request, created = self._queue(request, capability, level, keep_s,
+                                       parts={name: part.job_id for name, part in parts.items()})
+        if created:
+            for part in parts.values():
+                self._queue_part(part, level, keep_s)
         return self._handle(request, capability)
 
     def _handle(self, request: ExtractRequest, capability: Capability) -> FleetJob:
         return FleetJob(self.app, self.jobs(), capability, request, self.manifest, self.settings.discovery_index)
 
     def _queue(self, request: ExtractRequest, capability: Capability, level: int, keep_s: int,
-               speech_job: str | None = None) -> tuple[ExtractRequest, bool]:
+               parts: Mapping[str, str] | None = None) -> tuple[ExtractRequest, bool]:
         """Claim the job's record and send it (or hold it); (the request in force, whether new)."""
         from mediafleet.workers.app import send_extract
 
@@ -113,14 +111,12 @@ class CeleryOrchestrator:
         device, held = self._route(capability)
         request = request.model_copy(update={"device": device})
         state = JobState.HELD if held else JobState.QUEUED
-        token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
-                           speech_job=speech_job)
+        token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s, parts=parts)
         if token is None and (found := jobs.get(request.job_id)) is not None and found.untrusted \
                 and jobs.discard_forged(request.job_id):
             # Its outcome failed the signature check (written by no worker holding the key), or its
             # outcome's blob is gone: run it.
-            token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s,
-                               speech_job=speech_job)
+            token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s, parts=parts)
         if token is None:
             record = jobs.get(request.job_id)
             if record is None:
@@ -136,16 +132,20 @@ class CeleryOrchestrator:
         return request, True
 
     def _queue_part(self, part: ExtractRequest, level: int, keep_s: int) -> None:
-        """Queue a job's speech part; one that already finished (from an earlier submission of the
-        same job) reports its outcome at once instead of running again."""
-        assert part.part_of is not None
+        """Queue one part of a job; one that already finished (from an earlier submission of the
+        same job) reports its outcome at once instead of running again, so only what is missing
+        (a range whose worker was lost, say) runs again."""
+        of = part.part_of
+        assert of is not None
         _, created = self._queue(part, self.manifest.capability(part.action), level, keep_s)
         if created:
             return
         record = self.jobs().get(part.job_id)
-        if record is not None and record.final and (outcome := record.outcome) is not None \
-                and self.jobs().report_part(part.part_of.job_id, "speech", outcome) == 0:
-            join_and_index(self.jobs(), part.part_of.job_id, self.manifest, self.settings.discovery_index)
+        if record is None or not record.final or (outcome := record.outcome) is None:
+            return
+        parent = self.manifest.capability(of.action)
+        if self.jobs().report_part(of.job_id, of.part, outcome, decides=decides(parent, of.part, outcome)) == 0:
+            join_and_index(self.jobs(), of.job_id, self.manifest, self.settings.discovery_index)
 
     def _route(self, capability: Capability) -> tuple[DeviceClass, str | None]:
         """The first allowed device class with a live worker on the capability's queue.

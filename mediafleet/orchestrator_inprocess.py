@@ -3,7 +3,7 @@ returns, with the same runner, job id and numerics a worker would use."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -35,11 +35,11 @@ class InProcessOrchestrator:
         self.manifest, self.store, self._clock = manifest, store, clock
         self._index_setting = settings.discovery_index  # where finished outcomes are indexed, if anywhere
 
-    def audio_track(self, source: Path | BinaryIO, capability: Capability) -> bool | None:
-        return None  # a video's speech runs inside its own job here: nothing to queue for it
+    def facts(self, source: Path | BinaryIO, capability: Capability) -> dict[str, Any]:
+        return {}  # nothing fans out here: a job makes its whole result in one run
 
     def start(self, request: ExtractRequest, capability: Capability, submission: Submission,
-              has_audio: bool | None = None) -> Job:
+              facts: Mapping[str, Any] | None = None) -> Job:
         outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
                               progress=submission.get("progress"), clock=self._clock)
         index_finished(self._index_setting, outcome, self.manifest)

@@ -7,6 +7,10 @@ job records) except that the ``ocr_pdf`` extractor first looks for a marker in t
 * ``MF-HANG``: it swallows the soft time limit and sleeps until the hard limit kills it;
 * ``MF-SLOW``: it takes ~4 s, reporting progress, before extracting (time to kill or cancel it).
 
+A range of a split PDF job misbehaves once when the worker's environment names its first page:
+``MF_FAULTY_CRASH_SPAN=5`` with ``MF_FAULTY_ONCE=<file>``: the first delivery that reads pages
+from 5 creates the file and kills its pool process with SIGKILL; later deliveries run normally.
+
 The ``transcribe_segments`` extractor misbehaves for the whole worker instead (a video's speech
 part carries no title of its own): ``MF_FAULTY_AUDIO=crash`` or ``=hang`` in the worker's
 environment, as above.
@@ -48,8 +52,20 @@ def extract_audio(path: Path, options: Any, limits: Any, progress: Any = None, s
     return real(path, options, limits, progress, sink)
 
 
+def _crash_once(options: Any) -> None:
+    span, once = os.environ.get("MF_FAULTY_CRASH_SPAN"), os.environ.get("MF_FAULTY_ONCE")
+    page_span = getattr(options, "page_span", None)
+    if span and once and page_span is not None and page_span[0] == int(span):
+        try:
+            Path(once).touch(exist_ok=False)
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def extract(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
-    head = path.read_bytes()[:8192]
+    _crash_once(options)
+    head = path.read_bytes()  # the title may sit past the pages of a long PDF
     for marker in (b"MF-CRASH", b"MF-HANG"):
         if marker in head:
             _misbehave(marker)

@@ -105,7 +105,7 @@ def test_a_fleet_job_and_a_fanned_out_video_are_each_indexed_exactly_once(fleet_
     for job in (pdf_job.id, video_job.id):
         # One indexing call, by the one reporter that finished the job.
         assert len(re.findall(rf"job {job}: \d+ discovery units indexed", logs)) == 1, logs[-3000:]
-    speech_job = dispatcher.jobs().get(video_job.id).speech_job
+    speech_job = dispatcher.jobs().get(video_job.id).parts.get("speech")
     assert f"job {speech_job}: " not in logs  # the speech part is indexed as part of its video, not alone
     assert "not indexed for discovery" not in logs
     index = open_index(url)

@@ -132,7 +132,7 @@ def test_delivery_counting_marks_the_job_started_by_this_delivery(jobs: JobStore
     request = pdf_request(blobs)
     delivery = claimed(jobs, request)
     assert DeliveryCounting().before_run(delivery) is None
-    assert (delivery.attempt, delivery.before, delivery.speech_job) == (1, JobState.QUEUED, None)
+    assert (delivery.attempt, delivery.before, delivery.parts) == (1, JobState.QUEUED, {})
     record = jobs.get(request.job_id)
     assert record.state == JobState.STARTED and record.hostname == "w1@test" and record.attempts == 1
 
@@ -271,10 +271,10 @@ def test_a_failed_video_part_finishes_its_job_and_cancels_the_speech_part(
     video = ExtractRequest(job_id="mf-" + "a" * 32, action="extract_keyframes", artifact=artifact)
     speech = ExtractRequest(job_id="mf-" + "b" * 32, action="transcribe_segments", artifact=artifact,
                             part_of=PartOf(job_id=video.job_id, action=video.action))
-    delivery = claimed(jobs, video, speech_job=speech.job_id)
+    delivery = claimed(jobs, video, parts={"speech": speech.job_id})
     claimed(jobs, speech)
     DeliveryCounting().before_run(delivery)
-    assert delivery.speech_job == speech.job_id
+    assert delivery.parts == {"speech": speech.job_id}
     failed = Outcome.failed(video, PublicError(code=ErrorCode.CORRUPT_INPUT, message="not a video"), NOW)
     OutcomeReporting(manifest).after_run(delivery, failed)
     assert delivery.finished == failed

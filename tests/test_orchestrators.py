@@ -86,3 +86,20 @@ def test_a_stored_blob_that_is_not_there_is_refused_alike(tmp_path: Path) -> Non
     assert bundles[0].error.code == ErrorCode.BLOB_NOT_FOUND
     assert bundles[0].model_dump() == bundles[1].model_dump()
     assert fleet._app is None and fleet.orchestrator._jobs is None
+
+
+def test_a_broker_that_cannot_be_reached_is_one_public_error_at_the_dispatcher(tmp_path: Path) -> None:
+    """Errors are translated once, at the dispatcher: whatever Redis or kombu raise for a broker
+    that is not there comes out of every public call as FleetUnreachable (retryable
+    engine_unavailable, a message with no address in it), never as a library's exception."""
+    from mediafleet.contract import FleetUnreachable
+
+    fleet = Dispatcher(Settings(broker_url=NOWHERE, blob_root=tmp_path / "b"))
+    calls = [lambda: fleet.submit(text_pdf(1)), lambda: fleet.submit_stored(fleet.store.put_bytes(text_pdf(2))),
+             lambda: fleet.job("mf-" + "0" * 32), lambda: fleet.cancel("mf-" + "0" * 32), fleet.status]
+    for call in calls:
+        with pytest.raises(FleetUnreachable) as raised:
+            call()
+        public = raised.value.public()
+        assert public.code == ErrorCode.ENGINE_UNAVAILABLE and public.retryable
+        assert "127.0.0.1" not in public.message and ":1" not in public.message

@@ -20,7 +20,7 @@ from mediafleet import Dispatcher, Settings
 from mediafleet.jobstore import JobStore
 from tests.helpers import wait_for, without_run
 from tests.clips import write_clip
-from mediafleet.workers.parts import join, speech_part
+from mediafleet.workers import parts
 from mediafleet.workers.video.extract import extract_keyframes
 
 VIDEO = Path(__file__).parent / "data" / "speech.mp4"
@@ -31,6 +31,17 @@ AUDIO_QUEUE = "--queues=mf.transcribe_segments.cpu"
 def fleet(fleet_env: dict[str, str]) -> Dispatcher:
     return Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"],
                                blob_root=Path(fleet_env["MEDIAFLEET_BLOB_ROOT"])))
+
+
+def join(video: Outcome, speech: Outcome | None, manifest) -> Outcome:  # type: ignore[no-untyped-def]
+    """The video job's outcome from its own task's and its speech part's."""
+    request = ExtractRequest(job_id=video.job_id, action=video.action, artifact=video.artifact)
+    return parts.join(request, {"video": video, "speech": speech}, manifest.capability(video.action), manifest)
+
+
+def speech_part(request: ExtractRequest, capability, manifest) -> ExtractRequest | None:  # type: ignore[no-untyped-def]
+    """The speech part the manifest plans for a video job (None: none)."""
+    return parts.plan(request, capability, manifest)[1].get("speech")
 
 
 def spoken(bundle) -> str:  # type: ignore[no-untyped-def]
@@ -60,17 +71,17 @@ def test_speech_runs_as_its_own_job_on_the_audio_queue_and_joins_the_callers_job
     assert record.state == JobState.DONE and record.completions == 1
     assert record.hostname.startswith("video@")
     assert record.part("video") is None and record.part("speech") is None  # joined, not kept twice
-    speech = jobs.get(record.speech_job)
+    speech = jobs.get(record.parts.get("speech"))
     assert speech.state == JobState.DONE and speech.completions == 1 and speech.hostname.startswith("audio@")
     assert speech.request.part_of == PartOf(job_id=job.id, action="extract_keyframes")
     assert speech.summary()["parent"] == job.id
     result = record.outcome.result
-    assert isinstance(result, VideoResult) and result.speech.job_id == record.speech_job
+    assert isinstance(result, VideoResult) and result.speech.job_id == record.parts.get("speech")
     assert result.speech.transcript == speech.outcome.result
 
     again = dispatcher.submit(VIDEO)  # an idempotent resubmit: nothing runs again
     assert again.id == job.id and without_run(again.bundle(timeout=60)) == without_run(remote)
-    assert jobs.get(job.id).completions == 1 and jobs.get(record.speech_job).completions == 1
+    assert jobs.get(job.id).completions == 1 and jobs.get(record.parts.get("speech")).completions == 1
 
 
 @pytest.mark.integration
@@ -82,7 +93,7 @@ def test_a_held_speech_part_waits_for_an_audio_worker_and_cancelling_the_job_rea
     jobs = dispatcher.jobs()
 
     job = dispatcher.submit(VIDEO)
-    speech_id = jobs.get(job.id).speech_job
+    speech_id = jobs.get(job.id).parts.get("speech")
     held = jobs.get(speech_id)
     assert held.state == JobState.HELD and "transcribe_segments" in held.held_reason
     wait_for(lambda: jobs.get(job.id).part("video") is not None, what="the video part")
@@ -94,14 +105,14 @@ def test_a_held_speech_part_waits_for_an_audio_worker_and_cancelling_the_job_rea
     assert dispatcher.cancel(other.id) == JobState.CANCELLED
     cancelled = other.bundle(timeout=30)
     assert cancelled.status == "failed" and cancelled.error.code == ErrorCode.CANCELLED
-    assert jobs.get(jobs.get(other.id).speech_job).state == JobState.CANCELLED
+    assert jobs.get(jobs.get(other.id).parts.get("speech")).state == JobState.CANCELLED
 
     start_worker("--concurrency=1", AUDIO_QUEUE)  # releases the first job's held speech part
     bundle = job.bundle(timeout=300)
     assert bundle.status == "ok", bundle.error
     assert "finance team before friday" in spoken(bundle)
     assert jobs.get(speech_id).state == JobState.DONE and jobs.get(job.id).completions == 1
-    assert jobs.get(jobs.get(other.id).speech_job).completions == 0  # the cancelled part never ran
+    assert jobs.get(jobs.get(other.id).parts.get("speech")).completions == 0  # the cancelled part never ran
 
 
 @pytest.mark.integration
@@ -126,7 +137,7 @@ def test_a_speech_part_killed_by_its_hard_time_limit_fails_only_the_speech(
     record = dispatcher.jobs().get(job.id)
     speech = record.outcome.result.speech
     assert speech.status == "failed" and speech.error.code == ErrorCode.TIMEOUT
-    assert dispatcher.jobs().get(record.speech_job).state == JobState.FAILED
+    assert dispatcher.jobs().get(record.parts.get("speech")).state == JobState.FAILED
     assert record.completions == 1
 
 
@@ -146,12 +157,12 @@ def test_options_that_do_not_fit_together_are_refused_before_anything_is_queued(
 def test_only_a_video_whose_header_shows_an_audio_track_gets_a_speech_part(fleet_env, tmp_path: Path) -> None:
     dispatcher = fleet(fleet_env)  # no workers: every job is held, and its record shows its parts
     silent = write_clip(tmp_path / "silent.mp4", [(0, 20), (1, 20)]).path
-    assert dispatcher.jobs().get(dispatcher.submit(silent).id).speech_job is None
-    assert dispatcher.jobs().get(dispatcher.submit(silent.read_bytes(), options={"speech": True}).id).speech_job is None
+    assert dispatcher.jobs().get(dispatcher.submit(silent).id).parts.get("speech") is None
+    assert dispatcher.jobs().get(dispatcher.submit(silent.read_bytes(), options={"speech": True}).id).parts.get("speech") is None
     digest = dispatcher.store.put_bytes(VIDEO.read_bytes())
     for job in (dispatcher.submit(VIDEO), dispatcher.submit(VIDEO.read_bytes()), dispatcher.submit_stored(digest)):
-        assert dispatcher.jobs().get(job.id).speech_job is not None
-    assert dispatcher.submit(VIDEO, options={"speech": False}).record().speech_job is None
+        assert dispatcher.jobs().get(job.id).parts.get("speech") is not None
+    assert dispatcher.submit(VIDEO, options={"speech": False}).record().parts.get("speech") is None
 
 
 # --- the join, and who joins -----------------------------------------------------------------------
@@ -219,7 +230,7 @@ def test_each_part_reports_once_and_exactly_one_reporter_joins(redis_server) -> 
     def job(n: int) -> str:
         request = ExtractRequest(job_id=f"mf-{n:032x}", action="extract_keyframes", artifact=artifact)
         assert jobs.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60,
-                          speech_job=f"mf-{n + 100:032x}") is not None
+                          parts={"speech": f"mf-{n + 100:032x}"}) is not None
         return request.job_id
 
     def outcome(job_id: str, ok: bool = True) -> Outcome:

@@ -180,7 +180,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         try:
             outcome = run_chain(chain, delivery, lambda progress: run_request(
                 req, manifest=manifest, store=store, device=settings.device, progress=progress,
-                inline_parts=delivery.speech_job is None))
+                inline_parts=not delivery.parts))
         except Skip:
             raise Ignore() from None  # stores no result: nothing wakes the current submission's waiters
         # The result backend gets this summary only: the outcome is in the job's record (or, when

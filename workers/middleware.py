@@ -35,7 +35,7 @@ from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
-from mediafleet.workers.parts import join
+from mediafleet.workers.parts import decides, join, own_part
 from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.spec import ProgressFn
 
@@ -64,7 +64,7 @@ class Delivery:
     """One delivery of a job's message to this worker: what the middleware know and share.
 
     The shell fills the first four fields; :class:`DeliveryCounting` fills ``attempt``, ``before``
-    and ``speech_job``; :class:`ProgressReporting` keeps ``state`` (the record's state at the last
+    and ``parts``; :class:`ProgressReporting` keeps ``state`` (the record's state at the last
     progress report) and :class:`ProgressThrottle` ``progress_at``; :class:`OutcomeReporting` sets
     ``finished`` when its report finished the caller's job.
     """
@@ -78,7 +78,8 @@ class Delivery:
     attempt: int = 0
     """This delivery's number (:meth:`JobStore.start`); it owns the job's record while no newer one started."""
     before: JobState | None = None
-    speech_job: str | None = None
+    parts: dict[str, str] = field(default_factory=dict)
+    """The parts the job fanned out (name -> job id); none for a plain job or a part."""
     state: JobState | None = None
     progress_at: float | None = None
     finished: Outcome | None = None
@@ -133,8 +134,8 @@ class DeliveryCounting(Middleware):
     """
 
     def before_run(self, delivery: Delivery) -> Outcome | None:
-        attempt, before, speech_job = delivery.jobs.start(delivery.request.job_id, delivery.hostname, delivery.token)
-        delivery.attempt, delivery.before, delivery.speech_job = attempt, before, speech_job
+        attempt, before, parts = delivery.jobs.start(delivery.request.job_id, delivery.hostname, delivery.token)
+        delivery.attempt, delivery.before, delivery.parts = attempt, before, parts
         if attempt < 0 or before in (JobState.DONE, JobState.FAILED):
             raise Skip
         return None
@@ -215,7 +216,7 @@ class OutcomeReporting(Middleware):
         self._manifest = manifest
 
     def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
-        delivery.finished = report(delivery.jobs, self._manifest, delivery.request, outcome, delivery.speech_job,
+        delivery.finished = report(delivery.jobs, self._manifest, delivery.request, outcome, delivery.parts,
                                    delivery=delivery.attempt)
 
 
@@ -241,44 +242,58 @@ def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> 
 
 def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Outcome | None:
     """Write the caller's outcome joined from the parts its record holds (the last reporter's work);
-    returns it (None when there was nothing to join)."""
+    returns it (None when there was nothing to join). A job that failed cancels its parts still
+    running (their work is not wanted)."""
     record = jobs.get(job_id)
-    if record is None or record.final:
+    if record is None or record.final or not record.parts:
         return None
-    video = record.part("video")
-    if video is None:
+    request = record.request
+    capability = manifest.capability(request.action)
+    reported = {own_part(capability): record.part(own_part(capability))}
+    reported.update({name: record.part(name) for name in record.parts})
+    if not any(reported.values()):
         return None
-    outcome = join(video, record.part("speech"), manifest)
+    outcome = join(request, reported, capability, manifest)
     # Two joiners may both get here (the waiter joins for a joiner it thinks lost): one writes.
-    return outcome if jobs.finish(outcome) else None
+    if not jobs.finish(outcome):
+        return None
+    if outcome.status != "ok":
+        for name, part in record.parts.items():
+            if reported.get(name) is None:
+                jobs.cancel(part)
+    return outcome
 
 
 def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome,
-           speech_job: str | None, delivery: int | None = None) -> Outcome | None:
+           parts: dict[str, str], delivery: int | None = None) -> Outcome | None:
     """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
 
-    A job with a speech part (``speech_job``) reports as its ``video`` part and is finished by
-    whichever of the two reports last; a failed video part finishes the job at once and cancels its
-    speech part. A speech part keeps its own record too (``mediafleet status`` shows it). Returns
-    the caller's final outcome when this report finished the caller's job, else None.
+    A job with ``parts`` reports as its own part (under its modality's name) and is finished by
+    whichever of its tasks reports last (:func:`join_parts`); an outcome that decides the job alone
+    (the job's own failure, a failed page range) finishes it at once and cancels the parts still
+    running. A part keeps its own record too (``mediafleet status`` shows it). Returns the caller's
+    final outcome when this report finished the caller's job, else None.
 
     ``delivery`` is the reporting delivery's number (:meth:`JobStore.start`): a delivery that no
     longer owns its record (a newer one started since, or the job finished) stores nothing.
     """
-    if request.part_of is not None:
+    if (of := request.part_of) is not None:
         if not jobs.finish(outcome, delivery=delivery):
             return None
-        if jobs.report_part(request.part_of.job_id, "speech", outcome) == 0:
-            return join_parts(jobs, request.part_of.job_id, manifest)
+        parent = manifest.capability(of.action)
+        if jobs.report_part(of.job_id, of.part, outcome, decides=decides(parent, of.part, outcome)) == 0:
+            return join_parts(jobs, of.job_id, manifest)
         return None
-    if speech_job is None:
+    if not parts:
         return outcome if jobs.finish(outcome, delivery=delivery) else None
+    capability = manifest.capability(request.action)
     failed = outcome.status != "ok"
-    left = jobs.report_part(request.job_id, "video", outcome, decides=failed, delivery=delivery)
+    left = jobs.report_part(request.job_id, own_part(capability), outcome, decides=failed, delivery=delivery)
     if failed:
         if not jobs.finish(outcome, delivery=delivery):
             return None
-        jobs.cancel(speech_job)
+        for part in parts.values():
+            jobs.cancel(part)
         return outcome
     if left == 0:
         return join_parts(jobs, request.job_id, manifest)

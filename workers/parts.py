@@ -1,53 +1,129 @@
-"""A job's parts: the speech job a video job fans out on the fleet, and joining the parts again.
+"""A job's parts on the fleet: planned from the manifest, reported into the job, joined in one place.
 
-A video request with speech on is one job for its caller. On the fleet it runs as two: the video
-part (shots and keyframes) on the video queue under the caller's job id, and a speech part
-(``transcribe_segments`` on the same artifact) on the audio queue, so the transcript is made in
-parallel by whichever audio worker (GPU first, as the manifest orders) is free, and video workers
-need no Whisper model. Each part reports its outcome into the caller's job record; whoever reports
-last joins them (:func:`join`) into the one outcome the caller reads. In-process, the same
-transcript is made in the same run (:func:`join_inline`).
+The manifest declares the parts a capability's job fans out (:class:`mediafleet.contract.manifest.Part`),
+by name; the capability's modality spec names the code of each (``ModalitySpec.parts``: a
+:class:`PartKind`). Two kinds exist:
 
-The speech part is authorised by the video capability (fail closed: the manifest in force must
-declare AudioRange for the video action and list the audio action), and runs with the audio
-capability's engine, limits, time limits and device classes.
+* a **companion** runs another capability on the same artifact beside the job (a video's
+  ``speech``: ``transcribe_segments`` on the audio queue, so the transcript is made in parallel by
+  whichever audio worker, GPU first, is free, and video workers need no Whisper model);
+* a **split** cuts the job itself into ranges of its unit (a long PDF's ``pages``, ``size`` per
+  part): the job's own task reads the first range, each further range is a part, on as many
+  workers as are free, and the ranges are joined in order into exactly the result one run gives.
+
+This module plans a job's parts (:func:`plan`: the job's own request and one request per part,
+with ids derived from the job's, so a resubmission finds the same parts), checks that a part a
+worker is given is one the manifest in force authorises (:func:`part_capabilities`), and joins
+the parts' outcomes into the one outcome the caller reads (:func:`join`). Each part reports its
+outcome into the job's record under its name (``pages:33-64``, ``speech``; the job's own task under
+its modality's name); whoever reports last joins. In-process nothing fans out: the job makes the
+same result in one run (:func:`join_inline` for a companion's work).
+
+A companion is authorised by its parent's capability (fail closed: the manifest in force must
+declare the part, list its capability and declare every locus kind that capability produces),
+and runs with its own capability's engine, limits, time limits and device classes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from mediafleet.adapters.ids import job_id as make_job_id
 from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.verify import loci_valid
-from mediafleet.contract.addresses import AddressKind
-from mediafleet.contract.audio import AudioResult
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, IntegrityError, PublicError
-from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf
-from mediafleet.contract.manifest import Capability, Manifest
+from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
+from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.results import OPTIONS_BY_MODALITY
-from mediafleet.contract.video import VideoResult
-from mediafleet.workers.video.speech import SPEECH_ACTION, attach, transcribe_here
 
-__all__ = ["SPEECH_ACTION", "join", "join_inline", "options_for", "part_capabilities", "speech_part",
-           "verify_result", "within_manifest"]
+__all__ = ["PartKind", "Planned", "decides", "join", "join_inline", "kind_of", "options_for", "own_part",
+           "part_capabilities", "plan", "probe", "verify_result", "within_manifest"]
+
+Planned = tuple[ExtractRequest, dict[str, ExtractRequest]]
+"""The job's own request (a split's first range) and its parts' requests by part name."""
+
+
+class PartKind(Protocol):
+    """The code of one declared part (a modality spec's ``parts`` entry).
+
+    Attributes:
+        option: a companion's boolean option (the manifest's ``Part.option`` must name it); None
+            for a split.
+    """
+
+    option: str | None
+
+    def probe(self, source: Path | BinaryIO) -> Any:
+        """What planning needs from the bytes, read by the dispatcher before they are stored (a
+        video's audio track, a PDF's page count); None when it cannot tell (no part is planned)."""
+        ...
+
+    def plan(self, request: ExtractRequest, name: str, part: Part, capability: Capability, manifest: Manifest,
+             fact: Any) -> Planned:
+        """The job's own request and the parts' requests (none: the job runs as one task)."""
+        ...
+
+    def narrow(self, options: BaseModel, span: Span) -> BaseModel:
+        """A split's options for one range (a companion never gets a span)."""
+        ...
+
+    def inline(self, result: BaseModel, path: Path, part: Part | None, manifest: Manifest) -> BaseModel:
+        """In-process: do here what the part (as the manifest in force declares it, or None)
+        would do on the fleet (a companion's work)."""
+        ...
+
+    def join(self, outcome: Outcome, reported: Mapping[str, Outcome | None], manifest: Manifest) -> Outcome:
+        """``outcome`` (the job's own task's, or what is joined so far) with these parts' outcomes
+        joined in (None: that part never reported)."""
+        ...
+
+    def decides(self, outcome: Outcome) -> bool:
+        """Whether this part's outcome decides the job alone (a failed page range does; a failed
+        companion only marks its part)."""
+        ...
+
+
+def kind_of(capability: Capability, name: str) -> PartKind:
+    """The code of ``capability``'s part ``name`` (a part name, or a split part's ``name:a-b``)."""
+    from mediafleet.workers.registry import spec_for
+
+    return spec_for(capability.action).parts[name.partition(":")[0]].load()
+
+
+def own_part(capability: Capability) -> str:
+    """The name a job's own task reports under into its record when the job has parts."""
+    return capability.modality.value
+
+
+def _companion_allowed(part: Part, capability: Capability, manifest: Manifest) -> bool:
+    if part.action is None or part.action not in manifest.capabilities:
+        return False
+    return set(manifest.capability(part.action).produces) <= set(capability.produces)
 
 
 def within_manifest(options: BaseModel, request: ExtractRequest, capability: Capability,
                     manifest: Manifest) -> BaseModel:
-    """Turn off what an option would add that the manifest in force does not declare.
+    """Turn off what a companion's option would add that the manifest in force does not declare.
 
     A video's speech transcript is AudioRange evidence made by the ``transcribe_segments`` engine:
-    when the operator's manifest drops either, speech is off by default and refused when asked for.
+    when the operator's manifest drops the part, the capability or the locus kind, speech is off by
+    default and refused when asked for.
     """
-    if getattr(options, "speech", False):
-        allowed = AddressKind.AUDIO_RANGE in capability.produces and SPEECH_ACTION in manifest.capabilities
-        if not allowed:
-            if request.options.get("speech") is True:
-                raise CapabilityRefused("speech is not declared for this action by the manifest in force")
-            options = options.model_copy(update={"speech": False})
+    from mediafleet.workers.registry import spec_for
+
+    for name, ref in spec_for(capability.action).parts.items():
+        option = ref.load().option
+        if option is None or not getattr(options, option, False):
+            continue
+        part = capability.parts.get(name)
+        if part is None or not _companion_allowed(part, capability, manifest):
+            if request.options.get(option) is True:
+                raise CapabilityRefused(f"{option} is not declared for this action by the manifest in force")
+            options = options.model_copy(update={option: False})
     return options
 
 
@@ -66,44 +142,61 @@ def options_for(request: ExtractRequest, capability: Capability, manifest: Manif
     return within_manifest(options, request, capability, manifest)
 
 
-def speech_part(request: ExtractRequest, capability: Capability, manifest: Manifest,
-                has_audio: bool | None = None) -> ExtractRequest | None:
-    """The speech job a fleet job fans out, or None (not a video, speech off or not declared, or
-    ``has_audio`` False: the container's header shows no audio track).
+def probe(source: Path | BinaryIO, capability: Capability) -> dict[str, Any]:
+    """What each declared part's planning needs from the bytes, by part name."""
+    return {name: kind_of(capability, name).probe(source) for name in capability.parts}
 
-    Its id is derived from the caller's job id, so a resubmission finds the same part.
+
+def plan(request: ExtractRequest, capability: Capability, manifest: Manifest,
+         facts: Mapping[str, Any] | None = None) -> Planned:
+    """The job's own request and its parts' requests, from the parts the manifest declares.
+
+    Raises:
+        CapabilityRefused: options that do not fit together, or a companion asked for that the
+            manifest in force does not declare.
     """
-    if not getattr(options_for(request, capability, manifest), "speech", False) or has_audio is False:
-        return None
-    audio = manifest.capability(SPEECH_ACTION)
-    return ExtractRequest(
-        job_id=make_job_id(request.artifact.digest, SPEECH_ACTION, audio.extractor_version,
-                           {"part_of": request.job_id}),
-        action=SPEECH_ACTION,
-        artifact=request.artifact,
-        device=audio.devices[0],
-        part_of=PartOf(job_id=request.job_id, action=request.action),
-        threads=request.threads,
-    )
+    own, parts = request, {}
+    for name, part in capability.parts.items():
+        own, more = kind_of(capability, name).plan(own, name, part, capability, manifest, (facts or {}).get(name))
+        parts.update(more)
+    return own, parts
 
 
 def part_capabilities(request: ExtractRequest, manifest: Manifest) -> tuple[Capability, Capability]:
     """(the capability that runs the request, the one that admits its artifact).
 
     For a plain job both are the request's own. For a part, the parent's capability must declare
-    what the part produces and admit the artifact (checked by the caller with it); the part's own
-    capability sets the engine, limits and device classes.
+    the part (and admit the artifact: checked by the caller with it); a companion's own capability
+    sets the engine, limits and device classes.
 
     Raises:
-        CapabilityRefused: the manifest in force does not authorise this part.
+        CapabilityRefused: the manifest in force does not authorise this part or range.
     """
     capability = manifest.capability(request.action)
     if request.part_of is None:
+        if request.span is not None and not any(p.split for p in capability.parts.values()):
+            raise CapabilityRefused(f"{request.action} is not declared to run in ranges")
         return capability, capability
     parent = manifest.capability(request.part_of.action)
-    if request.action != SPEECH_ACTION or AddressKind.AUDIO_RANGE not in parent.produces:
+    name = request.part_of.part.partition(":")[0]
+    part = parent.parts.get(name)
+    if part is None:
+        raise CapabilityRefused(f"{request.part_of.action} does not declare a {name} part")
+    if part.split is not None:
+        ok = request.action == parent.action and request.span is not None
+    else:
+        ok = request.action == part.action and request.span is None and _companion_allowed(part, parent, manifest)
+    if not ok:
         raise CapabilityRefused(f"{request.part_of.action} does not declare a {request.action} part")
     return capability, parent
+
+
+def narrow(options: BaseModel, request: ExtractRequest, capability: Capability, admits: Capability) -> BaseModel:
+    """The options one delivery runs with: a split part's or a split job's own range narrowed in."""
+    if request.span is None:
+        return options
+    splits = [name for name, part in admits.parts.items() if part.split is not None]
+    return kind_of(admits, splits[0]).narrow(options, request.span)
 
 
 def verify_result(result: BaseModel, digest: str, capability: Capability, checks: dict[str, bool]) -> None:
@@ -121,44 +214,51 @@ def verify_result(result: BaseModel, digest: str, capability: Capability, checks
     checks["loci_valid"] = True
 
 
-def join_inline(result: BaseModel, path: Path, manifest: Manifest) -> BaseModel:
-    """In-process: make a pending transcript here, with the manifest's audio capability."""
-    if isinstance(result, VideoResult) and result.speech.status == "pending":
-        return attach(result, transcribe_here(path, manifest.capability(SPEECH_ACTION)))
+def join_inline(result: BaseModel, path: Path, manifest: Manifest, capability: Capability) -> BaseModel:
+    """In-process: do here the work a fleet job's companions would do (a video's transcript)."""
+    from mediafleet.workers.registry import spec_for
+
+    for name, ref in spec_for(capability.action).parts.items():
+        result = ref.load().inline(result, path, capability.parts.get(name), manifest)
     return result
 
 
-def _public(outcome: Outcome) -> AudioResult | PublicError:
-    if outcome.status == "ok" and isinstance(outcome.result, AudioResult):
-        return outcome.result
-    return outcome.error or PublicError(code=ErrorCode.INTERNAL_ERROR, message="the speech part gave no transcript")
+def decides(capability: Capability, name: str, outcome: Outcome) -> bool:
+    """Whether part ``name``'s outcome decides its job alone (the job's own failure always does)."""
+    if name == own_part(capability):
+        return outcome.status != "ok"
+    return kind_of(capability, name).decides(outcome)
 
 
-def join(video: Outcome, speech: Outcome | None, manifest: Manifest) -> Outcome:
-    """The caller's outcome from its parts: the video part's, with the speech part's transcript.
+def join(request: ExtractRequest, reported: Mapping[str, Outcome | None], capability: Capability,
+         manifest: Manifest) -> Outcome:
+    """The caller's outcome from its parts' (by name; None: never reported, e.g. lost).
 
-    A failed video part is the job's failure; a failed speech part only marks the speech
-    (``failed``/``unavailable`` with its public reason). The joined result is checked again like
-    any extractor's (declared kinds, every locus inside the artifact).
+    A failed own task, or a part whose failure decides the job, is the job's failure (under the
+    job's id). Otherwise each declared part joins its outcomes into the own task's, and the joined
+    result is checked again like any extractor's (declared kinds, every locus inside the artifact).
     """
-    if video.status != "ok" or not isinstance(video.result, VideoResult):
-        return video
-    if speech is None:
-        speech_or_error: AudioResult | PublicError = PublicError(
-            code=ErrorCode.WORKER_LOST, message="the speech part did not report")
-    else:
-        speech_or_error = _public(speech)
-    checks = dict(video.checks)
-    if speech is not None and speech.status == "ok":
-        checks["digest_recomputed"] = checks.get("digest_recomputed", False) and speech.checks.get(
-            "digest_recomputed", False)
-    result = attach(video.result, speech_or_error, speech.job_id if speech is not None else None)
-    update: dict[str, object] = {"result": result, "checks": checks}
-    if speech is not None:
-        update["started_at"] = min(video.started_at, speech.started_at)
-        update["ended_at"] = max(video.ended_at, speech.ended_at)
+    own = reported.get(own_part(capability))
+    for name, outcome in reported.items():
+        if name != own_part(capability) and outcome is not None and decides(capability, name, outcome):
+            error = outcome.error or PublicError(code=ErrorCode.INTERNAL_ERROR, message="a part of the job failed")
+            return Outcome.failed(request, error, datetime.now(UTC))
+    if own is None:
+        error = PublicError(code=ErrorCode.WORKER_LOST, retryable=True, message="the job's own task did not report")
+        return Outcome.failed(request, error, datetime.now(UTC))
+    if own.status != "ok":
+        return own
+    outcome = own
+    for name in capability.parts:
+        mine = {n: o for n, o in reported.items() if n.partition(":")[0] == name}
+        outcome = kind_of(capability, name).join(outcome, mine, manifest)
+        if outcome.status != "ok":
+            return outcome
+    if outcome is own or outcome.result is None:
+        return outcome
+    checks = dict(outcome.checks)
     try:
-        verify_result(result, video.artifact.digest, manifest.capability(video.action), checks)
+        verify_result(outcome.result, outcome.artifact.digest, capability, checks)
     except (CapabilityRefused, IntegrityError) as exc:
-        update.update(status="failed", result=None, error=exc.public())
-    return video.model_copy(update=update)
+        return outcome.model_copy(update={"status": "failed", "result": None, "error": exc.public(), "checks": checks})
+    return outcome.model_copy(update={"checks": checks})

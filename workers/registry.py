@@ -65,6 +65,14 @@ def register(specs: Iterable[ModalitySpec], manifest: Manifest | None = None) ->
         unsniffed = sorted(set(capability.media_types) - set(spec.media_types))
         if unsniffed:
             raise SpecError(f"{spec.action} accepts {', '.join(unsniffed)}, which its spec cannot sniff")
+        unknown = sorted(set(capability.parts) - set(spec.parts))
+        if unknown:
+            raise SpecError(f"the manifest declares {spec.action} parts {', '.join(unknown)}, which its spec has no code for")
+        for name, part in capability.parts.items():
+            if part.action is not None and part.action not in manifest.capabilities:
+                raise SpecError(f"{spec.action}'s {name} part runs {part.action}, which the manifest does not declare")
+            if part.split is not None and part.split != spec.progress_unit:
+                raise SpecError(f"{spec.action}'s {name} part splits by {part.split}, not its progress unit")
         out.append(spec)
     declared = {s.action for s in out}
     unserved = sorted(set(manifest.capabilities) - declared)
@@ -87,6 +95,10 @@ def check_refs(specs: Iterable[ModalitySpec]) -> None:
                 found = None
             if found is None:
                 raise SpecError(f"the {spec.action} spec's {name} names {ref.module}, which is not installed here")
+        capability = default_manifest().capabilities.get(spec.action)
+        for name, part in (capability.parts.items() if capability is not None else ()):
+            if part.option != spec.parts[name].load().option:
+                raise SpecError(f"{spec.action}'s {name} part is turned on by {part.option}, its code by another option")
 
 
 # One line per modality. The order is the order sniff asks them in: audio before video (an ISO

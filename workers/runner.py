@@ -31,7 +31,7 @@ from mediafleet.contract.manifest import DeviceClass, Manifest
 from mediafleet.blobstore import BlobStore
 from mediafleet.workers.engines import configure, engine_config
 from mediafleet.workers.extractor import load_extractor
-from mediafleet.workers.parts import join_inline, options_for, part_capabilities, verify_result
+from mediafleet.workers.parts import join_inline, narrow, options_for, part_capabilities, verify_result
 from mediafleet.workers.registry import spec_for
 from mediafleet.workers.sink import StoreSink
 from mediafleet.workers.spec import ProgressFn
@@ -71,9 +71,10 @@ def run_request(
 ) -> Outcome:
     """Run ``request`` here and return its outcome (``ok`` or ``failed``, never raises).
 
-    With ``inline_parts`` (in-process), a part a fleet job would fan out (a video's speech) is
-    run here too; without it (a fleet worker whose job has its parts queued) it is left pending
-    for :func:`mediafleet.workers.parts.join`.
+    With ``inline_parts`` (in-process), a companion part a fleet job would fan out (a video's
+    speech) is run here too; without it (a fleet worker whose job has its parts queued) it is left
+    pending for :func:`mediafleet.workers.parts.join`. A request with a ``span`` (one range of a
+    split job) reads only that range.
     """
     started = clock()
     checks: dict[str, bool] = {}
@@ -88,7 +89,7 @@ def run_request(
         admits.check_media_type(request.artifact.media_type)
         admits.check_size(request.artifact.bytes)
         capability.check_options(request.options)
-        options = options_for(request, capability, manifest)
+        options = narrow(options_for(request, capability, manifest), request, capability, admits)
         extractor = load_extractor(capability)
         read_check = spec_for(capability.action).read_check
         with store.verified_path(request.artifact.digest) as path, _threads(request.threads):
@@ -97,7 +98,7 @@ def run_request(
                 checks["read_whole"] = False  # e.g. MuPDF rebuilt a lost xref: ok, the claim not verified
             result = extractor(path, options, capability.limits, progress, StoreSink(store))
             if inline_parts:
-                result = join_inline(result, path, manifest)
+                result = join_inline(result, path, manifest, capability)
         verify_result(result, request.artifact.digest, capability, checks)
     except SoftTimeLimitExceeded:
         error, result = TimedOut(f"{request.action} ran past its time limit").public(), None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -160,6 +160,8 @@ class ModalitySpec:
         caller_shape: the callers' response for an ``ok`` bundle (:data:`CallerShape`).
         summary: what the CLI prints for an ``ok`` bundle (:data:`Summary`).
         opencv: whether the extractor needs OpenCV (the CLI checks it loads before running).
+        parts: the code of each part the manifest may declare for the capability, by part name
+            (a :class:`mediafleet.workers.parts.PartKind`); none for a job that never fans out.
     """
 
     modality: Modality
@@ -175,6 +177,7 @@ class ModalitySpec:
     caller_shape: Ref[CallerShape]
     summary: Ref[Summary]
     opencv: bool
+    parts: Mapping[str, Ref[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = [f.name for f in fields(self) if getattr(self, f.name) in (None, "", ())]
@@ -195,6 +198,9 @@ class ModalitySpec:
             raise SpecError(f"the {self.action} spec's sniff is not a function")
         if not isinstance(self.opencv, bool):
             raise SpecError(f"the {self.action} spec's opencv is not true or false")
+        if not isinstance(self.parts, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, Ref) for k, v in self.parts.items()):
+            raise SpecError(f"the {self.action} spec's parts is not a mapping of names to Refs")
 
     @property
     def options(self) -> type[BaseModel]:
@@ -219,4 +225,5 @@ class ModalitySpec:
 
     def refs(self) -> dict[str, Ref[Any]]:
         """The spec's code parts by field name."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Ref)}
+        refs = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Ref)}
+        return refs | {f"parts.{name}": ref for name, ref in self.parts.items()}

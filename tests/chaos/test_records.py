@@ -82,7 +82,7 @@ def test_the_join_of_a_job_with_parts_finishes_it_once(fleet_env) -> None:
     artifact = ArtifactRef(digest="sha256:" + "c" * 64, media_type="video/mp4", bytes=10, modality=Modality.VIDEO)
     request = ExtractRequest(job_id="mf-" + "7" * 32, action="extract_keyframes", artifact=artifact)
     assert jobs.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60,
-                      speech_job="mf-" + "8" * 32) is not None
+                      parts={"speech": "mf-" + "8" * 32}) is not None
     now = datetime.now(UTC)
     part = Outcome(job_id=request.job_id, action=request.action, artifact=artifact, status="ok",
                    started_at=now, ended_at=now)

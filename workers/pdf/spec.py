@@ -27,4 +27,5 @@ SPEC = ModalitySpec(
     caller_shape=Ref("mediafleet.adapters.caller:pdf_shape"),
     summary=Ref("mediafleet.report.text:pdf_summary"),
     opencv=False,
+    parts={"pages": Ref("mediafleet.workers.pdf.split:PAGES")},
 )

@@ -32,4 +32,5 @@ SPEC = ModalitySpec(
     caller_shape=Ref("mediafleet.adapters.caller:video_shape"),
     summary=Ref("mediafleet.report.text:video_summary"),
     opencv=True,  # scenedetect
+    parts={"speech": Ref("mediafleet.workers.video.speech:SPEECH")},
 )

@@ -1,0 +1,192 @@
+"""A long PDF split into page ranges that run as parts of one job (issue 13), through the fleet's parts.
+
+Planning and joining are checked here without a broker (known answers: the ranges, the ids, the
+joined bundle equal to one run's); then through a real redis-server and real worker processes:
+the ranges run on two workers and join into exactly the bundle one in-process run gives, progress
+counts pages across the ranges, cancelling the job cancels every range, and a range whose pool
+process is killed is delivered again alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mediafleet import Dispatcher, Settings
+from mediafleet.adapters.bundle import build_bundle
+from mediafleet.blobstore import LocalBlobStore
+from mediafleet.contract.errors import CapabilityRefused, ErrorCode
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, PartOf, Span
+from mediafleet.contract.manifest import Modality, default_manifest
+from mediafleet.workers import parts
+from mediafleet.workers.pdf.split import page_count, ranges
+from mediafleet.workers.runner import run_request
+from tests.helpers import wait_for, without_run
+from tests.media import marked_pdf, text_pdf
+
+SIZE = 4  # pages per range in these tests (the shipped manifest cuts at 32)
+
+
+def split_manifest(tmp_path: Path, size: int = SIZE) -> Path:
+    """An operator manifest that keeps only ``ocr_pdf``, cut into ranges of ``size`` pages."""
+    path = tmp_path / "split-manifest.json"
+    path.write_text(json.dumps({"capabilities": {"ocr_pdf": {"parts": {"pages": {"split": "pages", "size": size}}}}}))
+    return path
+
+
+def pdf_request(store: LocalBlobStore, data: bytes, job_id: str = "mf-" + "5" * 32) -> ExtractRequest:
+    digest = store.put_bytes(data)
+    return ExtractRequest(job_id=job_id, action="ocr_pdf", artifact=ArtifactRef(
+        digest=digest, media_type="application/pdf", bytes=len(data), modality=Modality.PDF))
+
+
+# --- planning and joining, no broker --------------------------------------------------------------
+
+
+def test_a_pdf_longer_than_the_parts_size_is_planned_as_ranges(tmp_path: Path) -> None:
+    manifest = default_manifest().narrow(json.loads(split_manifest(tmp_path).read_text()))
+    capability = manifest.capability("ocr_pdf")
+    store = LocalBlobStore(tmp_path / "blobs")
+    data = text_pdf(10)
+    request = pdf_request(store, data)
+    assert page_count(tmp_path.joinpath("x.pdf")) is None  # no such file: no count, no split
+    (tmp_path / "ten.pdf").write_bytes(data)
+    assert page_count(tmp_path / "ten.pdf") == 10
+    assert ranges(10, 4) == [Span(first=1, last=4), Span(first=5, last=8), Span(first=9, last=10)]
+
+    own, planned = parts.plan(request, capability, manifest, parts.probe(tmp_path / "ten.pdf", capability))
+    assert own.job_id == request.job_id and own.span == Span(first=1, last=4)
+    assert list(planned) == ["pages:5-8", "pages:9-10"]
+    for name, part in planned.items():
+        assert part.part_of == PartOf(job_id=request.job_id, action="ocr_pdf", part=name)
+        assert part.action == "ocr_pdf" and part.options == request.options
+    assert planned["pages:5-8"].span == Span(first=5, last=8)
+    assert len({request.job_id, *(p.job_id for p in planned.values())}) == 3
+    again = parts.plan(request, capability, manifest, {"pages": 10})[1]
+    assert {n: p.job_id for n, p in again.items()} == {n: p.job_id for n, p in planned.items()}  # same ids
+
+    assert parts.plan(request, capability, manifest, {"pages": 4}) == (request, {})  # not longer: one task
+    assert parts.plan(request, capability, manifest, {"pages": None}) == (request, {})  # unknown: one task
+    whole = default_manifest().narrow({"capabilities": {"ocr_pdf": {"parts": {}}}})
+    assert parts.plan(request, whole.capability("ocr_pdf"), whole, {"pages": 10}) == (request, {})
+
+
+def test_the_ranges_joined_give_the_bundle_one_run_gives(tmp_path: Path) -> None:
+    manifest = default_manifest().narrow(json.loads(split_manifest(tmp_path).read_text()))
+    capability = manifest.capability("ocr_pdf")
+    store = LocalBlobStore(tmp_path / "blobs")
+    request = pdf_request(store, text_pdf(10, lines=5))
+    whole = run_request(request, manifest=manifest, store=store)
+    own, planned = parts.plan(request, capability, manifest, {"pages": 10})
+    reported = {"pdf": run_request(own, manifest=manifest, store=store)}
+    reported.update({n: run_request(p, manifest=manifest, store=store) for n, p in reversed(planned.items())})
+    assert [len(o.result.pages) for o in reported.values()] == [4, 2, 4]
+    joined = parts.join(request, reported, capability, manifest)
+    assert joined.status == "ok" and joined.job_id == request.job_id
+    assert joined.result == whole.result and joined.checks == whole.checks
+    assert without_run(build_bundle(joined, capability)) == without_run(build_bundle(whole, capability))
+
+    failed = run_request(planned["pages:9-10"].model_copy(update={"span": Span(first=30, last=31)}),
+                         manifest=manifest, store=store)
+    assert failed.status == "failed"
+    broken = parts.join(request, {**reported, "pages:9-10": failed}, capability, manifest)
+    assert broken.status == "failed" and broken.job_id == request.job_id and broken.error == failed.error
+    lost = parts.join(request, {**reported, "pages:5-8": None}, capability, manifest)
+    assert lost.status == "failed" and lost.error.code == ErrorCode.WORKER_LOST and lost.error.retryable
+
+
+def test_a_range_is_run_only_for_a_job_the_manifest_splits(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path / "blobs")
+    request = pdf_request(store, text_pdf(3))
+    whole = default_manifest().narrow({"capabilities": {"ocr_pdf": {"parts": {}}}})
+    ranged = request.model_copy(update={"span": Span(first=1, last=2)})
+    refused = run_request(ranged, manifest=whole, store=store)
+    assert refused.status == "failed" and refused.error.code == ErrorCode.CAPABILITY_NOT_DECLARED
+    stray = ranged.model_copy(update={"part_of": PartOf(job_id="mf-" + "6" * 32, action="ocr_pdf", part="pages:1-2")})
+    assert run_request(stray, manifest=whole, store=store).error.code == ErrorCode.CAPABILITY_NOT_DECLARED
+    speech = stray.model_copy(update={"part_of": PartOf(job_id="mf-" + "6" * 32, action="ocr_pdf", part="speech")})
+    assert run_request(speech, manifest=default_manifest(), store=store).error.code == ErrorCode.CAPABILITY_NOT_DECLARED
+    with pytest.raises(CapabilityRefused):
+        parts.part_capabilities(speech, default_manifest())
+
+
+# --- through the fleet ------------------------------------------------------------------------------
+
+
+def fleet(fleet_env: dict[str, str], manifest: Path) -> Dispatcher:
+    return Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"],
+                               blob_root=Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest_file=manifest))
+
+
+@pytest.mark.integration
+def test_a_long_pdf_runs_as_ranges_on_two_workers_and_joins_into_one_runs_bundle(
+        fleet_env, start_worker, tmp_path: Path) -> None:
+    manifest = split_manifest(tmp_path)
+    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest)}
+    first = start_worker("--concurrency=1", env=env)
+    second = start_worker("--concurrency=1", env=env)
+    dispatcher = fleet(fleet_env, manifest)
+    data = text_pdf(13, lines=8)
+    job = dispatcher.submit(data)
+    remote = job.bundle(timeout=120)
+    assert remote.status == "ok", remote.error
+    here = Dispatcher(Settings(blob_root=tmp_path / "local", manifest_file=manifest)).submit(data).bundle()
+    assert without_run(remote) == without_run(here)  # the same evidence, the same ids
+
+    jobs = dispatcher.jobs()
+    record = jobs.get(job.id)
+    assert list(record.parts) == ["pages:5-8", "pages:9-12", "pages:13-13"]
+    assert record.completions == 1 and record.summary()["parts"] == record.parts
+    ranges_run = [jobs.get(part) for part in record.parts.values()]
+    assert all(r.state == JobState.DONE and r.completions == 1 and r.attempts == 1 for r in ranges_run)
+    assert {r.hostname for r in [record, *ranges_run]} <= {first.hostname, second.hostname}
+    progress = job.progress()
+    assert (progress.done, progress.total, progress.unit) == (13, 13, "pages")
+
+    again = dispatcher.submit(data)  # an idempotent resubmit: nothing runs again
+    assert again.id == job.id and without_run(again.bundle(timeout=60)) == without_run(remote)
+    assert jobs.get(job.id).completions == 1
+    assert all(jobs.get(part).completions == 1 for part in record.parts.values())
+
+
+@pytest.mark.integration
+def test_progress_counts_pages_across_ranges_and_cancel_reaches_every_range(
+        fleet_env, start_worker, tmp_path: Path) -> None:
+    manifest = split_manifest(tmp_path)
+    start_worker("--concurrency=1", module="tests.faulty_worker", env={"MEDIAFLEET_MANIFEST_FILE": str(manifest)})
+    dispatcher = fleet(fleet_env, manifest)
+    job = dispatcher.submit(marked_pdf("MF-SLOW", pages=12, salt="split"))  # ~4 s per range, one worker
+    jobs = dispatcher.jobs()
+    wait_for(lambda: jobs.get(job.id).own_reported, timeout=60, what="the first range")
+    progress = job.progress()
+    assert progress.total == 12 and progress.unit == "pages" and 4 <= progress.done < 12
+    assert dispatcher.cancel(job.id) == JobState.CANCELLED
+    cancelled = job.bundle(timeout=30)
+    assert cancelled.status == "failed" and cancelled.error.code == ErrorCode.CANCELLED
+    record = jobs.get(job.id)
+    assert all(jobs.get(part).state == JobState.CANCELLED for part in record.parts.values())
+    wait_for(lambda: all(jobs.get(p).final for p in record.parts.values()), timeout=30, what="the ranges to end")
+    assert sum(jobs.get(part).completions for part in record.parts.values()) == 0
+
+
+@pytest.mark.integration
+def test_a_range_whose_pool_process_is_killed_runs_again_alone(fleet_env, start_worker, tmp_path: Path) -> None:
+    manifest = split_manifest(tmp_path)
+    once = tmp_path / "crashed-once"
+    env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest), "MF_FAULTY_CRASH_SPAN": "5", "MF_FAULTY_ONCE": str(once)}
+    start_worker("--concurrency=1", module="tests.faulty_worker", env=env)
+    start_worker("--concurrency=1", module="tests.faulty_worker", env=env)
+    dispatcher = fleet(fleet_env, manifest)
+    data = text_pdf(12, lines=6)
+    job = dispatcher.submit(data)
+    remote = job.bundle(timeout=120)
+    assert once.exists() and remote.status == "ok", remote.error
+    here = Dispatcher(Settings(blob_root=tmp_path / "local", manifest_file=manifest)).submit(data).bundle()
+    assert without_run(remote) == without_run(here)
+    jobs = dispatcher.jobs()
+    record = jobs.get(job.id)
+    killed = jobs.get(record.parts["pages:5-8"])
+    assert killed.attempts == 2 and killed.completions == 1  # delivered again, alone
+    assert record.attempts == 1 and jobs.get(record.parts["pages:9-12"]).attempts == 1
