@@ -301,12 +301,13 @@ class JobRecord:
     """
 
     def __init__(self, job_id: str, fields: dict[str, str], forged: bool = False,
-                 worker_alive: bool | None = None, blobs: BlobStore | None = None) -> None:
+                 worker_alive: bool | None = None, blobs: BlobStore | None = None, signer: Any = None) -> None:
         self.job_id = job_id
         self._f = fields
         self.forged = forged
         self.worker_alive = worker_alive
         self._blobs = blobs
+        self._signer = signer  # with signing on, each part's reported outcome is checked like the record's
         self._outcome: tuple[Outcome | None] | None = None
 
     @property
@@ -389,12 +390,13 @@ class JobRecord:
             return self._unreadable(ErrorCode.DIGEST_MISMATCH)
         return outcome
 
-    def _unreadable(self, code: ErrorCode) -> Outcome:
+    def _unreadable(self, code: ErrorCode, job_id: str | None = None) -> Outcome:
         error = PublicError(code=code, retryable=True,
                             message="the job's stored outcome could not be read back as this job's (its blob is "
-                                    "missing or does not match its record) and was not returned; submit the artifact "
-                                    "again to run it")
-        return Outcome.failed(self.request, error, datetime.now(UTC))
+                                    "missing, does not match its record or fails its signature check) and was not "
+                                    "returned; submit the artifact again to run it")
+        request = self.request if not job_id else self.request.model_copy(update={"job_id": job_id})
+        return Outcome.failed(request, error, datetime.now(UTC))
 
     @property
     def parts(self) -> dict[str, str]:
@@ -416,9 +418,31 @@ class JobRecord:
 
     def part(self, name: str) -> Outcome | None:
         """The outcome a part reported (the job's own task under its modality's name, e.g.
-        ``video``; a part under its name, e.g. ``speech`` or ``pages:33-64``)."""
+        ``video``; a part under its name, e.g. ``speech`` or ``pages:33-64``); None while it has not.
+
+        Kept like a record's outcome (inline, or past the inline limit by reference into the blob
+        store; signed when signing is on) and read back the same way: one whose signature fails,
+        or whose blob is missing, altered or another job's, comes back as a retryable failure of
+        that part, never as evidence.
+        """
         raw = self._f.get("part:" + name)
-        return Outcome.model_validate_json(raw) if raw else None
+        if not raw:
+            return None
+        fields = json.loads(raw)
+        job_id = str(fields.get("job_id", ""))
+        signed = _signed_text(job_id, fields)
+        if self._signer is not None and (signed is None or not self._signer.verify(signed, fields.get("outcome_sig"))):
+            return self._unreadable(ErrorCode.INTERNAL_ERROR, job_id)
+        try:
+            if (ref := fields.get("outcome_ref")) is not None:
+                outcome = _load_outcome(self._blobs, ref, fields.get("outcome_bytes"))
+            else:
+                outcome = Outcome.model_validate_json(fields["outcome"])
+        except MediafleetError as exc:
+            return self._unreadable(exc.public().code, job_id)
+        except (ValueError, KeyError):
+            return self._unreadable(ErrorCode.DIGEST_MISMATCH, job_id)
+        return outcome if outcome.job_id == job_id else self._unreadable(ErrorCode.DIGEST_MISMATCH, job_id)
 
     @property
     def final(self) -> bool:
@@ -502,7 +526,7 @@ class JobStore:
             from mediafleet.presence import worker_key
 
             alive = bool(self._r.exists(worker_key(fields["hostname"])))
-        return JobRecord(job_id, fields, forged, alive, self._blobs)
+        return JobRecord(job_id, fields, forged, alive, self._blobs, self._signer)
 
     def discard_forged(self, job_id: str) -> bool:
         """Delete a record whose outcome failed its signature check, or whose outcome's blob is gone
@@ -672,11 +696,13 @@ class JobStore:
         0 means this reporter is the last and joins the parts (exactly one reporter sees 0); -1
         means nothing to do (the job finished already, the part reported before, or ``delivery``,
         the reporting delivery of the job's own task, no longer owns the record). With ``decides``
-        (a failed own task or page range) no other part is waited for.
+        (a failed own task or page range) no other part is waited for. The outcome is kept as a
+        record's is (inline, or by reference past the inline limit; signed with signing on) and read
+        back by :meth:`JobRecord.part`.
         """
+        kept = json.dumps({"job_id": outcome.job_id, **self._outcome_fields(outcome)})
         left = self._report(keys=[self.key(job_id)],
-                            args=[part, outcome.model_dump_json(), "1" if decides else "0", time.time(),
-                                  "" if delivery is None else delivery])
+                            args=[part, kept, "1" if decides else "0", time.time(), "" if delivery is None else delivery])
         return int(left)
 
     def cancel(self, job_id: str) -> JobState | None:

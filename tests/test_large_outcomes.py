@@ -194,3 +194,34 @@ def test_a_fleet_job_returns_its_large_bundle_by_reference(fleet_env, start_work
     rerun = fleet.submit(pdf).bundle(timeout=120)
     assert rerun.status == "ok" and without_run(rerun) == without_run(in_process)
     assert fields(jobs, job.id)["token"] != stored["token"]
+
+
+def test_a_parts_large_outcome_is_kept_by_reference_in_its_jobs_record(jobs: JobStore, tmp_path: Path) -> None:
+    """A part's outcome waiting in its job's record to be joined is kept as a record's outcome is:
+    by reference past the inline limit (a 32-page range of a long PDF, not megabytes in Redis),
+    signed with signing on, and never read back as evidence when its blob is gone or its field
+    was planted."""
+    from tests.certs import signing_env
+
+    env = signing_env(tmp_path)
+    signer = OutcomeSigner(Path(env["MEDIAFLEET_SIGNING_KEY_FILE"]), Path(env["MEDIAFLEET_SIGNING_CERT_FILE"]),
+                           Path(env["MEDIAFLEET_SIGNING_CERT_STORE"]))
+    store, blobs, outcome = run_pdf(jobs, tmp_path, signer=signer)
+    job = outcome.model_copy(update={"job_id": "mf-" + "9" * 32})
+    request = ExtractRequest(job_id=job.job_id, action="ocr_pdf", artifact=outcome.artifact)
+    assert store.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=3600,
+                       parts={"pages:3-4": outcome.job_id}) is not None
+    assert store.report_part(job.job_id, "pages:3-4", outcome) == 1
+    kept = json.loads(fields(store, job.job_id)["part:pages:3-4"])
+    assert "outcome" not in kept and kept["outcome_bytes"] == str(len(outcome.model_dump_json().encode()))
+    assert store.get(job.job_id).part("pages:3-4") == outcome
+
+    planted = outcome.model_copy(update={"started_at": datetime(2020, 1, 1, tzinfo=UTC)}).model_dump_json()
+    store.client.hset(store.key(job.job_id), "part:pages:3-4", json.dumps({"job_id": outcome.job_id, "outcome": planted}))
+    forged = store.get(job.job_id).part("pages:3-4")
+    assert forged.status == "failed" and forged.error.retryable and forged.job_id == outcome.job_id
+
+    store.client.hset(store.key(job.job_id), "part:pages:3-4", json.dumps(kept))
+    blob_path(blobs, kept["outcome_ref"]).unlink()
+    gone = store.get(job.job_id).part("pages:3-4")
+    assert gone.status == "failed" and gone.error.code == ErrorCode.BLOB_NOT_FOUND and gone.error.retryable
