@@ -50,6 +50,8 @@ _PREFIX = "mediafleet:job:"
 _HELD = "mediafleet:held"
 # Jobs some delivery has started and not yet finished (what lost-node recovery looks through).
 _STARTED = "mediafleet:started"
+# Which live worker looks through them this heartbeat (one at a time, not every worker at every beat).
+_SWEEP = "mediafleet:sweep"
 # kombu's Redis transport keeps priority levels 1..9 of a queue in lists of their own, named
 # "<queue><sep><level>"; level 0 is the queue's own list.
 KOMBU_PRIORITY_SEP = "\x06\x16"
@@ -335,6 +337,11 @@ class JobRecord:
         return self._f.get("held_reason") or None
 
     @property
+    def updated_at(self) -> float:
+        """When the record last moved (seconds since the epoch)."""
+        return float(self._f.get("updated_at") or 0)
+
+    @property
     def pid(self) -> int | None:
         return int(self._f["pid"]) if self._f.get("pid") else None
 
@@ -599,6 +606,12 @@ class JobStore:
     def started(self) -> list[JobRecord]:
         """Jobs some delivery started and none finished yet (records that expired are dropped)."""
         return self._members(_STARTED, JobState.STARTED)
+
+    def sweep_turn(self, sweeper: str, every_s: float) -> bool:
+        """Whether ``sweeper`` looks through the started jobs now: one sweeper per ``every_s``
+        across the fleet (a lease in Redis that expires on its own, so a lost sweeper is replaced
+        within one period)."""
+        return bool(self._r.set(_SWEEP, sweeper, nx=True, px=max(int(every_s * 1000) - 250, 100)))
 
     def requeue_lost(self, record: JobRecord, quiet_s: float) -> str | None:
         """Queue a started job again when the record has not moved for ``quiet_s`` seconds and the

@@ -164,3 +164,15 @@ def test_a_finished_job_whose_outcome_was_lost_runs_again_on_its_live_worker(
     assert record.attempts == 2
     print(f"\nrecovery: a stranded started job ran again and finished {time.monotonic() - lost_at:.1f} s "
           "after its record was left started")
+
+
+def test_one_worker_at_a_time_looks_for_lost_jobs(jobs) -> None:  # type: ignore[no-untyped-def]
+    """The sweep through started records is taken in turns across the fleet: the first steady
+    worker to ask in a heartbeat period sweeps, the others skip it; the turn lapses by itself, so a
+    lost sweeper is replaced within one period."""
+    import time
+
+    assert jobs.sweep_turn("a:1", 0.6)
+    assert not jobs.sweep_turn("b:2", 0.6) and not jobs.sweep_turn("a:1", 0.6)
+    time.sleep(0.5)
+    assert jobs.sweep_turn("b:2", 0.6)

@@ -19,6 +19,8 @@ with a 40 s hard limit).
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -228,18 +230,24 @@ def recover_lost(app: Celery, jobs: JobStore, manifest: Manifest) -> int:
     """Queue again every started job whose worker's heartbeat has gone (a lost node: the machine
     died with its worker, and no warm shutdown requeued the message); returns how many.
 
-    Run by every live worker after each heartbeat. A job is recovered once (compare-and-set on the
-    record naming the lost worker), within the presence TTL plus one heartbeat of the loss, instead
-    of after the broker's visibility timeout plus kombu's restore sweep. The lost delivery's own
-    message still comes back after that timeout; by then the record says finished and it runs
-    nothing (or, for a job still running, the newer delivery owns the record).
+    Asked by every steady live worker after each heartbeat; one of them looks, per heartbeat period
+    across the fleet (:meth:`JobStore.sweep_turn`), so the fleet reads the started records once a
+    period rather than once per worker. Only a record quiet for the presence TTL is asked about
+    further. A job is recovered once (compare-and-set on the record naming the lost worker), within
+    the presence TTL plus about one heartbeat of the loss, instead of after the broker's visibility
+    timeout plus kombu's restore sweep. The lost delivery's own message still comes back after that
+    timeout; by then the record says finished and it runs nothing (or, for a job still running, the
+    newer delivery owns the record).
     """
     from mediafleet.workers.app import send_extract
 
+    if not jobs.sweep_turn(f"{socket.gethostname()}:{os.getpid()}", HEARTBEAT_S):
+        return 0
     recovered = 0
+    now = time.time()
     for record in jobs.started():
         capability = manifest.capabilities.get(record.request.action)
-        if capability is None:
+        if capability is None or now - record.updated_at < TTL_S:
             continue
         lost_on = record.hostname
         token = jobs.requeue_lost(record, TTL_S)
