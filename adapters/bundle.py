@@ -10,19 +10,44 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from mediafleet.adapters.ids import canonical, locus_ref, ref, token
+from mediafleet.adapters.drafts import address_json
+from mediafleet.adapters.ids import LOCUS_PREFIX, canonical, locus_refs, ref, token
 from mediafleet.adapters.loci import LocusDraft, to_loci
 from mediafleet.adapters.nogc import collection_paused
 from mediafleet.adapters.prov import ProvFacts, prov_jsonld
 from mediafleet.adapters.verify import loci_valid
-from mediafleet.contract.bundle import BundleArtifact, CallerClaims, Edge, EvidenceBundle, Node
-from mediafleet.contract.errors import MediafleetError, PublicError
+from mediafleet.contract.bundle import (
+    BundleArtifact,
+    CallerClaims,
+    Edge,
+    EvidenceBundle,
+    Node,
+)
 from mediafleet.contract.digests import blob_ref
+from mediafleet.contract.errors import MediafleetError, PublicError
 from mediafleet.contract.jobs import Outcome
 from mediafleet.contract.locus import LocusSubject
 from mediafleet.contract.manifest import Capability
 
 __all__ = ["build_bundle", "refused_bundle", "with_claims"]
+
+_LOCUS_TOKEN_AT = len(LOCUS_PREFIX)  # a locus id is LOCUS_PREFIX + its token
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _evidence_node(evidence_id: str, properties: dict[str, Any]) -> Node:
+    """``Node(id=evidence_id, node_type="Evidence", properties=properties)`` without validating it
+    (which would copy the properties, a dict this module just built of JSON values): the fields as
+    validation sets them."""
+    node = _new(Node)
+    _set(node, "__dict__", {"id": evidence_id, "node_type": "Evidence", "properties": properties})
+    _set(node, "__pydantic_fields_set__", {"id", "node_type", "properties"})
+    _set(node, "__pydantic_extra__", None)
+    _set(node, "__pydantic_private__", None)
+    return node
 
 
 def _artifact_nodes(artifact: BundleArtifact) -> tuple[list[Node], list[Edge], str, str]:
@@ -155,32 +180,33 @@ def _build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
         # well formed by construction (the subject, policy and derivation validated once here,
         # each locus id a hash in the locus namespace) and its address was validated by the
         # modality's mapping; so no envelope is validated again per locus (their regexes were the
-        # larger part of building a long document's bundle).
+        # larger part of building a long document's bundle). Edges are handed to the bundle as
+        # plain values and validated there in one pass, not one model call each.
         subject_json = subject.model_dump(mode="json")
-        for index, draft in enumerate(drafts):
-            locus_id = locus_ref(derivation, index)
-            evidence_id = f"evidence:{locus_id.rsplit(':', 1)[1]}"
+        evidence_ids = locus_refs(derivation, len(drafts))
+        for locus_id, draft in zip(evidence_ids, drafts):
+            address = draft.address
+            evidence_id = "evidence:" + locus_id[_LOCUS_TOKEN_AT:]
             props: dict[str, Any] = {
                 "evidence_locus": {
                     "id": locus_id,
-                    "subject": dict(subject_json),
-                    "address": draft.address.model_dump(mode="json"),
+                    "subject": subject_json.copy(),
+                    "address": address_json(address),
                     "policy_ref": policy,
                     "derivation_ref": derivation,
                 },
                 "occurrence_id": occurrence_id,
                 "blob_ref": blob_id,
-                "locus_kind": draft.address.kind,
+                "locus_kind": address.kind,
                 **draft.properties,
             }
             if draft.text is not None:
                 props["text"] = draft.text
             if draft.confidence is not None:
                 props["confidence"] = draft.confidence
-            nodes.append(Node(id=evidence_id, node_type="Evidence", properties=props))
-            edges.append(Edge(source=evidence_id, target=occurrence_id, relationship="extractedFrom"))
-            edges.append(Edge(source=evidence_id, target=claim_id, relationship="SUPPORTS"))
-            evidence_ids.append(locus_id)
+            nodes.append(_evidence_node(evidence_id, props))
+            edges.append({"source": evidence_id, "target": occurrence_id, "relationship": "extractedFrom"})  # type: ignore[arg-type]
+            edges.append({"source": evidence_id, "target": claim_id, "relationship": "SUPPORTS"})  # type: ignore[arg-type]
         nodes.append(
             Node(
                 id=claim_id,

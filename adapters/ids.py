@@ -13,9 +13,10 @@ from typing import Any
 
 from mediafleet.contract.locus import opaque_ref
 
-__all__ = ["canonical", "job_id", "locus_ref", "ref", "token"]
+__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_ref", "locus_refs", "ref", "token"]
 
 _SEP = "\x1f"
+LOCUS_PREFIX = "eg:locus:"
 
 
 def canonical(value: Any) -> str:
@@ -53,4 +54,15 @@ def locus_ref(derivation: str, index: int) -> str:
     Built without :func:`opaque_ref`'s checks (one call per locus of a long document): the
     namespace is the constant ``locus`` and the token a hex digest, so it is well formed.
     """
-    return f"eg:locus:{token('locus', derivation, str(index))}"
+    return LOCUS_PREFIX + token("locus", derivation, str(index))
+
+
+def locus_refs(derivation: str, count: int) -> list[str]:
+    """``[locus_ref(derivation, i) for i in range(count)]``, hashing the common prefix once."""
+    head = hashlib.sha256(f"locus{_SEP}{derivation}{_SEP}".encode())
+    refs = []
+    for index in range(count):
+        h = head.copy()
+        h.update(str(index).encode())
+        refs.append(LOCUS_PREFIX + h.hexdigest()[:32])
+    return refs

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from mediafleet.adapters.drafts import Bounds, LocusDraft
-from mediafleet.adapters.image import line_locus
-from mediafleet.contract.addresses import CharacterRange, PageRegion
+from mediafleet.adapters.drafts import Bounds, LocusDraft, drafts_of
+from mediafleet.contract.addresses import CharacterRange, ImageRegion, PageRegion
 from mediafleet.contract.pdf import PdfResult
+from pydantic import TypeAdapter
 
 __all__ = ["PDF_SPACE", "pdf_loci"]
 
 PDF_SPACE = "pdf_points_top_left"
+_IMAGE_REGIONS: TypeAdapter[list[ImageRegion]] = TypeAdapter(list[ImageRegion])
 
 
 def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
@@ -42,7 +43,14 @@ def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
                     properties={"page": page.page, "path": page.path, "text_unit": "unicode_code_points"},
                 )
             )
-        image_id = f"{document_id}:page{page.page}"
-        drafts.extend(line_locus(box, page_bounds, {"image_id": image_id, **on_page}) for box in page.boxes)
+        if page.boxes:
+            # One ImageRegion per line, validated in one call; its lines share one properties dict
+            # (read-only, as every draft's): what line_locus makes, line by line.
+            line_props = {"image_id": f"{document_id}:page{page.page}", **on_page}
+            regions = _IMAGE_REGIONS.validate_python(
+                [{"x": b.x, "y": b.y, "width": b.width, "height": b.height} for b in page.boxes]
+            )
+            drafts.extend(drafts_of(regions, page_bounds, [b.text for b in page.boxes],
+                                    [b.confidence for b in page.boxes], line_props))
         offset += len(page.text) + 1
     return drafts

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
-
 from mediafleet.contract.common import F64, Confidence, Producer, Strict, TextBox
+from pydantic import Field, model_validator
 
 __all__ = ["PdfOptions", "PdfPage", "PdfResult"]
 

@@ -6,10 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
-from pydantic import ValidationError
-
-from mediafleet import Dispatcher, Settings
 from mediafleet.contract import (
     CapabilityRefused,
     ErrorCode,
@@ -19,8 +15,11 @@ from mediafleet.contract import (
     PdfOptions,
     default_manifest,
 )
-from tests.media import encrypted_pdf, page_lines, text_pdf
 from mediafleet.workers.pdf.textlayer import extract_pdf
+from pydantic import ValidationError
+
+from mediafleet import Dispatcher, Settings
+from tests.media import encrypted_pdf, page_lines, text_pdf
 
 LIMITS = Limits(max_bytes=10**9, max_pages=5000)
 _LIGATURES = {0xFB00: "ff", 0xFB01: "fi", 0xFB02: "fl", 0xFB03: "ffi", 0xFB04: "ffl", 0xFB05: "st", 0xFB06: "st"}

@@ -13,9 +13,11 @@ neighbouring lines do not glue a page into one block.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate
+from operator import itemgetter, sub
 from typing import TypeVar
 
-__all__ = ["reading_order"]
+__all__ = ["reading_order", "reading_order_indices"]
 
 T = TypeVar("T")
 Rect = tuple[float, float, float, float]  # x0, y0, x1, y1
@@ -24,47 +26,61 @@ Rect = tuple[float, float, float, float]  # x0, y0, x1, y1
 _COLUMN_GAP_RATIO = 2.0
 
 _Item = tuple[float, float, float, float, int]  # x0, y0, x1, y1, index
+_Groups = tuple[list[list[_Item]], list[float], list[float]]  # groups, their starts, their ends
+_X0 = itemgetter(0)
+_X1 = itemgetter(2)
+_BY_X = itemgetter(0, 2)
+_BY_Y = itemgetter(1, 3)
 
 
-def _groups(items: list[_Item], axis: int, overlap: float) -> list[list[_Item]]:
-    """Items split along ``axis`` (0: x, 1: y) wherever the projections do not overlap."""
+def _groups(items: list[_Item], axis: int, overlap: float) -> _Groups:
+    """Items split along ``axis`` (0: x, 1: y) wherever the projections do not overlap, with each
+    group's extent along the axis (its first item's start, items being sorted by start; the
+    largest end)."""
     lo, hi = (0, 2) if axis == 0 else (1, 3)
     groups: list[list[_Item]] = []
+    starts: list[float] = []
+    ends: list[float] = []
+    group: list[_Item] = []
     end = last_size = 0.0
-    for it in sorted(items, key=lambda r: (r[lo], r[hi])):
-        size = it[hi] - it[lo]
-        if groups and end - it[lo] > overlap * min(size, last_size):
-            groups[-1].append(it)
-            end = max(end, it[hi])
+    for it in sorted(items, key=_BY_X if axis == 0 else _BY_Y):
+        start, stop = it[lo], it[hi]
+        size = stop - start
+        if group and end - start > overlap * (last_size if last_size < size else size):  # noqa: FURB136 (min(), inlined)
+            group.append(it)
+            if stop > end:
+                end = stop
+                ends[-1] = stop
         else:
-            groups.append([it])
-            end = it[hi]
+            group = [it]
+            groups.append(group)
+            starts.append(start)
+            ends.append(stop)
+            end = stop
         last_size = size
-    return groups
+    return groups, starts, ends
 
 
-def _best_cut(groups: list[list[_Item]], axis: int, min_part: float) -> tuple[float, int] | None:
-    """(gap, index) of the widest gap between consecutive groups.
+def _best_cut(starts: list[float], ends: list[float], min_part: float) -> tuple[float, int] | None:
+    """(gap, index) of the widest gap between consecutive groups (given by their extents).
 
     A cut counts only when the widest group on its narrower side is at least ``min_part`` of the
     widest group on the other side.
     """
-    lo, hi = (0, 2) if axis == 0 else (1, 3)
-    n = len(groups)
-    starts = [min(it[lo] for it in g) for g in groups]
-    ends = [max(it[hi] for it in g) for g in groups]
     widest = [e - s for s, e in zip(starts, ends)]
-    end_before, wide_before = [ends[0]], [widest[0]]
-    for i in range(1, n):
-        end_before.append(max(end_before[-1], ends[i]))
-        wide_before.append(max(wide_before[-1], widest[i]))
-    wide_after = [0.0] * n
-    wide_after[-1] = widest[-1]
-    for i in range(n - 2, -1, -1):
-        wide_after[i] = max(wide_after[i + 1], widest[i])
+    end_before = list(accumulate(ends, max))
+    if min_part == 0.0 and min(widest) >= 0.0:  # every cut counts: the first widest gap
+        gaps = [s - e for s, e in zip(starts[1:], end_before)]
+        gap = max(gaps)
+        return gap, gaps.index(gap) + 1
+    wide_before = list(accumulate(widest, max))
+    wide_after = list(accumulate(reversed(widest), max))
+    wide_after.reverse()
     best: tuple[float, int] | None = None
-    for i in range(1, n):
-        narrow, wide = sorted((wide_before[i - 1], wide_after[i]))
+    for i in range(1, len(starts)):
+        narrow, wide = wide_before[i - 1], wide_after[i]
+        if wide < narrow:
+            narrow, wide = wide, narrow
         if narrow < min_part * wide:
             continue
         gap = starts[i] - end_before[i - 1]
@@ -78,8 +94,8 @@ def _one_column(items: list[_Item], overlap: float) -> bool:
     stretch ``[max x0, min x1]``, which is longer than ``overlap`` of the widest item, so any two
     of them overlap along x by more than ``overlap`` of either and :func:`_groups` keeps them in
     one column however the region is later cut into rows."""
-    common = min(it[2] for it in items) - max(it[0] for it in items)
-    return common > overlap * max(it[2] - it[0] for it in items)
+    common = min(map(_X1, items)) - max(map(_X0, items))
+    return common > overlap * max(map(sub, map(_X1, items), map(_X0, items)))
 
 
 def reading_order(
@@ -87,31 +103,47 @@ def reading_order(
 ) -> list[T]:
     """``items`` in the order a person reads them: top to bottom, columns left to right."""
     boxes: list[_Item] = [(*rect(it), i) for i, it in enumerate(items)]  # type: ignore[misc]
+    return [items[i] for i in reading_order_indices(boxes, overlap=overlap, min_column=min_column)]
+
+
+def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_column: float = 0.1) -> list[int]:
+    """:func:`reading_order` of boxes given as ``(x0, y0, x1, y1, index)``: their indices in that order."""
     order: list[int] = []
-    stack: list[list[_Item]] = [boxes]
+    # A region, and its rows when known: the rows of either side of a cut between rows are that
+    # side's rows of the whole (grouping is one pass over the items sorted by y0), so they are
+    # handed down instead of being found again.
+    stack: list[tuple[list[_Item], _Groups | None]] = [(boxes, None)]
     while stack:
-        region = stack.pop()
+        region, known = stack.pop()
         if len(region) <= 1:
             order.extend(it[4] for it in region)
             continue
-        rows = _groups(region, 1, overlap)
+        rows, row_starts, row_ends = known if known is not None else _groups(region, 1, overlap)
         if _one_column(region, overlap):
             # Without a column anywhere below, the cuts only ever split between rows and end on
             # single rows: the region reads row by row, each row left to right.
-            for row in rows:
-                order.extend(it[4] for it in sorted(row, key=lambda r: r[0]))
+            _read_rows(rows, order)
             continue
-        cols = _groups(region, 0, overlap)
-        h = _best_cut(rows, 1, 0.0) if len(rows) > 1 else None
-        v = _best_cut(cols, 0, min_column) if len(cols) > 1 else None
+        cols, col_starts, col_ends = _groups(region, 0, overlap)
+        h = _best_cut(row_starts, row_ends, 0.0) if len(rows) > 1 else None
+        v = _best_cut(col_starts, col_ends, min_column) if len(cols) > 1 else None
         if v is not None and (h is None or v[0] > _COLUMN_GAP_RATIO * h[0]):
-            first, second = cols[: v[1]], cols[v[1] :]
+            k = v[1]
+            stack.append(([it for g in cols[k:] for it in g], None))
+            stack.append(([it for g in cols[:k] for it in g], None))
         elif h is not None:
-            first, second = rows[: h[1]], rows[h[1] :]
+            k = h[1]
+            stack.append(([it for g in rows[k:] for it in g], (rows[k:], row_starts[k:], row_ends[k:])))
+            stack.append(([it for g in rows[:k] for it in g], (rows[:k], row_starts[:k], row_ends[:k])))
         else:
-            for row in rows:
-                order.extend(it[4] for it in sorted(row, key=lambda r: r[0]))
-            continue
-        stack.append([it for g in second for it in g])
-        stack.append([it for g in first for it in g])
-    return [items[i] for i in order]
+            _read_rows(rows, order)
+    return order
+
+
+def _read_rows(rows: list[list[_Item]], order: list[int]) -> None:
+    """Each row left to right (a stable sort on x0, as ``sorted`` with that key)."""
+    for row in rows:
+        if len(row) == 1:
+            order.append(row[0][4])
+        else:
+            order.extend(it[4] for it in sorted(row, key=_X0))

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from mediafleet.contract.common import TextBox
 from mediafleet.workers.pdf.mupdf import pymupdf
 
-__all__ = ["GARBAGE_SHARE", "IMAGE_DOMINATED", "TEXT_SPARSE", "OcrReason", "ocr_reason"]
+__all__ = ["GARBAGE_SHARE", "IMAGE_DOMINATED", "TEXT_SPARSE", "OcrReason", "ocr_reason", "text_layer_reason"]
 
 OcrReason = Literal["no_text", "unmapped_glyphs", "image_only", "requested"]
 
@@ -40,15 +40,15 @@ _GARBAGE = re.compile(
 _SPACE = re.compile(r"\s")
 
 
-def _image_share(page: Any) -> float:
+def _image_share(page: Any, rect: Any) -> float:
     """Share of the displayed page that images cover (overlaps counted once per image, capped at 1)."""
-    area = page.rect.width * page.rect.height
+    area = rect.width * rect.height
     if area <= 0:
         return 0.0
     matrix = page.rotation_matrix
     covered = 0.0
     for info in page.get_image_info():
-        box = (pymupdf.Rect(info["bbox"]) * matrix) & page.rect
+        box = (pymupdf.Rect(info["bbox"]) * matrix) & rect
         if not box.is_empty:
             covered += box.width * box.height
     return min(covered / area, 1.0)
@@ -56,18 +56,26 @@ def _image_share(page: Any) -> float:
 
 def ocr_reason(page: Any, lines: Sequence[TextBox], mode: Literal["auto", "never", "always"]) -> OcrReason | None:
     """Why ``page`` must be OCR'd, or None when its text layer (``lines``) is to be used."""
+    return text_layer_reason(page, page.rect, "".join(line.text for line in lines),
+                             sum(b.width * b.height for b in lines), mode)
+
+
+def text_layer_reason(page: Any, rect: Any, text: str, text_area: float,
+                      mode: Literal["auto", "never", "always"]) -> OcrReason | None:
+    """:func:`ocr_reason` from what the text layer's reader has at hand: the page's displayed
+    ``rect``, its lines' texts joined and the sum of their box areas (points squared)."""
     if mode == "never":
         return None
     if mode == "always":
         return "requested"
-    text = "".join(line.text for line in lines)
-    chars = len(text) - len(_SPACE.findall(text))
-    if not chars:
+    if not text or text.isspace():  # no character but whitespace (str.isspace is regex \s)
         return "no_text"
-    if len(_GARBAGE.findall(text)) >= GARBAGE_SHARE * chars:
-        return "unmapped_glyphs"
-    area = page.rect.width * page.rect.height
-    text_share = sum(b.width * b.height for b in lines) / area if area > 0 else 0.0
-    if text_share < TEXT_SPARSE and _image_share(page) >= IMAGE_DOMINATED:
+    if _GARBAGE.search(text) is not None:  # counted only when there is any: most pages have none
+        chars = len(text) - len(_SPACE.findall(text))
+        if len(_GARBAGE.findall(text)) >= GARBAGE_SHARE * chars:
+            return "unmapped_glyphs"
+    area = rect.width * rect.height
+    text_share = text_area / area if area > 0 else 0.0
+    if text_share < TEXT_SPARSE and _image_share(page, rect) >= IMAGE_DOMINATED:
         return "image_only"
     return None

@@ -28,12 +28,13 @@ from mediafleet.contract.common import ModelRef, Producer, TextBox
 from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
 from mediafleet.contract.manifest import Limits
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
-from mediafleet.workers.pdf.classify import ocr_reason
+from mediafleet.workers.pdf.classify import text_layer_reason
 from mediafleet.workers.pdf.mupdf import pymupdf
 from mediafleet.workers.pdf.spec import SPEC
-from mediafleet.workers.reading_order import reading_order
+from mediafleet.workers.reading_order import reading_order_indices
 from mediafleet.workers.sink import BlobSink
 from mediafleet.workers.spec import ProgressFn
+from pydantic import TypeAdapter
 
 __all__ = ["extract_pdf", "open_pdf", "page_lines", "page_range", "page_text"]
 
@@ -77,15 +78,30 @@ def page_lines(page: Any) -> Iterator[TextBox]:
     MuPDF reports boxes on the unrotated page; they are turned with the page's rotation matrix
     and cut to the visible page. A line wholly outside the page is not visible and is skipped.
     """
-    a, b, c, d, e, f = page.rotation_matrix
-    width, height = page.rect.width, page.rect.height
-    content = page.get_text("dict", flags=_TEXT_FLAGS)
-    for block in content["blocks"]:
+    yield from _TEXT_BOXES.validate_python(_lines(page, page.rect, page.rotation)[0])
+
+
+# The TextBox fields of a line, as a dict: the boxes of a page are validated in one call.
+_Line = dict[str, Any]
+_TEXT_BOXES: TypeAdapter[list[TextBox]] = TypeAdapter(list[TextBox])
+_IDENTITY = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
+
+
+def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[_Line], float]:
+    """The page's lines as :func:`page_lines` gives them (TextBox fields, content order) and the
+    sum of their box areas. ``rect`` and ``rotation`` are the page's (each a MuPDF call)."""
+    # A page of rotation 0 has the identity matrix (PyMuPDF's own rule): not asked for.
+    a, b, c, d, e, f = _IDENTITY if rotation == 0 else page.rotation_matrix
+    width, height = rect.width, rect.height
+    lines: list[_Line] = []
+    area = 0.0
+    for block in page.get_text("dict", flags=_TEXT_FLAGS)["blocks"]:
         for line in block.get("lines", ()):
-            text = "".join(span["text"] for span in line["spans"])
+            spans = line["spans"]
+            text = spans[0]["text"] if len(spans) == 1 else "".join([span["text"] for span in spans])
             if _SOFT_HYPHEN in text:
                 text = _soft_hyphens(text)
-            if not text.strip():
+            if not text or text.isspace():
                 continue
             x0, y0, x1, y1 = line["bbox"]
             # Rotations are quarter turns, so the turned box's corners are two opposite corners.
@@ -95,7 +111,10 @@ def page_lines(page: Any) -> Iterator[TextBox]:
             top, bottom = max(min(py, qy), 0.0), min(max(py, qy), height)
             if not (right > left and bottom > top):  # NaN fails too
                 continue
-            yield TextBox(text=text, x=left, y=top, width=right - left, height=bottom - top)
+            w, h = right - left, bottom - top
+            area += w * h
+            lines.append({"text": text, "x": left, "y": top, "width": w, "height": h})
+    return lines, area
 
 
 def _soft_hyphens(text: str) -> str:
@@ -130,6 +149,8 @@ def page_text(lines: Sequence[TextBox]) -> str:
     """
     if not lines:
         return ""
+    if not any(line.text.rstrip().endswith(_HYPHENS) for line in lines):
+        return "\n".join([line.text for line in lines])  # no line ends in a hyphen: nothing to join
     parts = [lines[0].text]
     for prev, line in pairwise(lines):
         head = prev.text.rstrip()
@@ -149,10 +170,6 @@ def page_text(lines: Sequence[TextBox]) -> str:
     return "".join(parts)
 
 
-def _rect(box: TextBox) -> tuple[float, float, float, float]:
-    return box.x, box.y, box.x + box.width, box.y + box.height
-
-
 class _Ocr:
     """The OCR engine, fetched on the first page that needs it; remembers that it was used."""
 
@@ -169,19 +186,22 @@ class _Ocr:
 
 def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _Ocr) -> PdfPage:
     page = doc.load_page(index)
-    lines = list(page_lines(page))
-    reason = ocr_reason(page, lines, options.ocr)
+    rect, rotation = page.rect, page.rotation
+    lines, area = _lines(page, rect, rotation)
+    reason = text_layer_reason(page, rect, "".join([line["text"] for line in lines]), area, options.ocr)
     if reason is not None:
         from mediafleet.workers.pdf.ocr_page import ocr_page
 
         return ocr_page(page, index + 1, options, limits, reason, ocr.get())
-    boxes = reading_order(lines, _rect)
-    rect = page.rect
+    order = reading_order_indices(
+        [(ln["x"], ln["y"], ln["x"] + ln["width"], ln["y"] + ln["height"], i) for i, ln in enumerate(lines)]
+    )
+    boxes = _TEXT_BOXES.validate_python([lines[i] for i in order])
     return PdfPage(
         page=index + 1,
         width=rect.width,
         height=rect.height,
-        rotation=page.rotation % 360,
+        rotation=rotation % 360,
         text=page_text(boxes),
         path="text_layer",
         boxes=boxes,
