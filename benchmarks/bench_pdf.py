@@ -10,17 +10,24 @@ The same bare-vs-in-process ratio on real PDFs found at run time (the largest un
 ``/usr/share/doc``, from Debian packages' documentation; none found is said, not faked), and the
 peak memory of one in-process run on a generated 900-page document (a child process each, so
 nothing else is counted), beside bare PyMuPDF's on the same file.
-Run: ``.venv/bin/python benchmarks/bench_pdf.py [pages]``.
+Bare and in-process are timed in interleaved rounds (bare, in-process, in-process, bare, ...),
+so a busy machine slows both alike, and each is reported as the median of its rounds.
+Run: ``.venv/bin/python -m benchmarks.bench_pdf [pages] [--rounds N] [--no-fleet]`` (``--help``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
@@ -55,6 +62,19 @@ def bare(path: Path) -> None:
 LONG_PAGES = 900
 
 
+def interleaved(paths: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Median seconds of each path over ``rounds`` rounds, the paths taking turns within a round
+    (their order reversed every other round)."""
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    names = list(paths)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            start = time.perf_counter()
+            paths[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def page_count(path: Path) -> int:
     with pymupdf.open(path, filetype="pdf") as doc:
         return doc.page_count
@@ -75,43 +95,51 @@ def peak_mb(mode: str, path: Path, blobs: Path) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["peak_mb"])
 
 
-def main(pages: int = 500, small_jobs: int = 20) -> None:
+def _through_redis(pages: int, small_jobs: int, smalls: list[bytes], tmp: Path) -> tuple[float, float]:
+    """(seconds for the big PDF, seconds per small job) through Redis with one worker process."""
+    with fleet(workers=1) as env:
+        remote = Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"], blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"])))
+        remote.submit(make_pdf(1, salt="warm")).bundle(timeout=120)
+        # Each fleet run uses fresh bytes so idempotency cannot return an earlier result.
+        paths = []
+        for i in range(3):
+            p = tmp / f"v{i}.pdf"
+            p.write_bytes(make_pdf(pages, salt=f"v{i}-"))
+            paths.append(p)
+        it = iter(paths)
+        t_fleet = median_seconds(lambda: remote.submit(next(it)).bundle(timeout=600))
+        batches = iter([smalls[small_jobs * (k + 1): small_jobs * (k + 2)] for k in range(3)])
+        t_small_fleet = median_seconds(lambda: [remote.submit(s).bundle(timeout=120) for s in next(batches)]) / small_jobs
+    return t_fleet, t_small_fleet
+
+
+def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bool = True) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-pdf-"))
     path = tmp / "big.pdf"
     path.write_bytes(make_pdf(pages))
     local = Dispatcher(Settings(blob_root=tmp / "blobs"))
 
-    t_bare = median_seconds(lambda: bare(path))
-    t_local = median_seconds(lambda: local.submit(path).bundle())
+    local.submit(path).bundle()  # warm: the first run of a file pays for its blob copy and imports
+    gen = interleaved({"bare": lambda: bare(path), "local": lambda: local.submit(path).bundle()}, rounds)
+    t_bare, t_local = gen["bare"], gen["local"]
     smalls = [make_pdf(1, salt=f"s{i}-") for i in range(small_jobs * 4)]
     t_small_local = median_seconds(lambda: [local.submit(s).bundle() for s in smalls[:small_jobs]]) / small_jobs
 
     real = []
     for doc_path in real_pdfs(3):
         local.submit(doc_path).bundle()  # warm: the first run of a file pays for its blob copy
-        rb = median_seconds(lambda p=doc_path: bare(p), repeat=5)
-        rl = median_seconds(lambda p=doc_path: local.submit(p).bundle(), repeat=5)
-        real.append((doc_path, page_count(doc_path), rb, rl))
+        both = interleaved({"bare": lambda p=doc_path: bare(p), "local": lambda p=doc_path: local.submit(p).bundle()},
+                           max(rounds, 7))
+        real.append((doc_path, page_count(doc_path), both["bare"], both["local"]))
 
     long_path = tmp / "long.pdf"
     long_path.write_bytes(make_pdf(LONG_PAGES, salt="long-"))
     peaks = {"bare": peak_mb("bare", long_path, tmp / "peak-blobs"),
              "mediafleet": peak_mb("mediafleet", long_path, tmp / "peak-blobs")}
 
-    with fleet(workers=1) as env:
-        remote = Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"], blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"])))
-        remote.submit(make_pdf(1, salt="warm")).bundle(timeout=120)
-        # Each fleet run uses fresh bytes so idempotency cannot return an earlier result.
-        variants = iter([make_pdf(pages, salt=f"v{i}-") for i in range(3)])
-        paths = []
-        for i, data in enumerate(variants):
-            p = tmp / f"v{i}.pdf"
-            p.write_bytes(data)
-            paths.append(p)
-        it = iter(paths)
-        t_fleet = median_seconds(lambda: remote.submit(next(it)).bundle(timeout=600))
-        batches = iter([smalls[small_jobs * (k + 1): small_jobs * (k + 2)] for k in range(3)])
-        t_small_fleet = median_seconds(lambda: [remote.submit(s).bundle(timeout=120) for s in next(batches)]) / small_jobs
+    t_fleet = t_small_fleet = float("nan")
+    if with_fleet:
+        t_fleet, t_small_fleet = _through_redis(pages, small_jobs, smalls, tmp)
 
     rows = [("path", "seconds", "pages/s", "vs bare")]
     figures = {}
@@ -137,7 +165,14 @@ def main(pages: int = 500, small_jobs: int = 20) -> None:
         print(f"no real PDF under {REAL_PDF_ROOT}: the real-PDF ratio was not measured")
     print(f"peak memory, generated {LONG_PAGES}-page PDF ({long_path.stat().st_size / 1e6:.1f} MB), one run in a "
           f"child process: mediafleet in-process {peaks['mediafleet']:,.0f} MB; bare PyMuPDF {peaks['bare']:,.0f} MB")
-    out = write_results("pdf", {"pages": pages, "lines_per_page": 40, "paths": figures,
+    if not with_fleet:
+        print("--no-fleet: results not written (the fleet's figures are missing)")
+        return
+    out = write_results("pdf", {"pages": pages, "lines_per_page": 40,
+                                "timing": {"statistic": "median of interleaved rounds (bare, in-process)",
+                                           "rounds": rounds, "real_pdf_rounds": max(rounds, 7),
+                                           "fleet": "median of 3 runs"},
+                                "paths": figures,
                                 "small_job_ms": {"in_process": round(t_small_local * 1000, 2),
                                                  "fleet": round(t_small_fleet * 1000, 2),
                                                  "overhead": round(overhead_ms, 2)},
@@ -151,4 +186,10 @@ if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--peak":
         peak_child(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 500)
+        parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+        parser.add_argument("pages", nargs="?", type=int, default=500, help="pages of the generated PDF (500)")
+        parser.add_argument("--rounds", type=int, default=5,
+                            help="interleaved rounds of bare and in-process (5; at least 7 on real PDFs)")
+        parser.add_argument("--no-fleet", action="store_true", help="skip the runs through Redis and a worker")
+        args = parser.parse_args()
+        main(args.pages, rounds=args.rounds, with_fleet=not args.no_fleet)

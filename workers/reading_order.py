@@ -119,14 +119,20 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             order.extend(it[4] for it in region)
             continue
         rows, row_starts, row_ends = known if known is not None else _groups(region, 1, overlap)
-        if _one_column(region, overlap):
-            # Without a column anywhere below, the cuts only ever split between rows and end on
-            # single rows: the region reads row by row, each row left to right.
+        common = min(map(_X1, region)) - max(map(_X0, region))
+        if common > overlap * max(map(sub, map(_X1, region), map(_X0, region))):
+            # One column (:func:`_one_column`): without a column anywhere below, the cuts only
+            # ever split between rows and end on single rows: the region reads row by row, each
+            # row left to right.
             _read_rows(rows, order)
             continue
-        cols, col_starts, col_ends = _groups(region, 0, overlap)
         h = _best_cut(row_starts, row_ends, 0.0) if len(rows) > 1 else None
-        v = _best_cut(col_starts, col_ends, min_column) if len(cols) > 1 else None
+        if h is not None and -common <= _COLUMN_GAP_RATIO * h[0]:
+            # No gap between columns can be wider than max x0 - min x1: none could beat this cut.
+            v = None
+        else:
+            cols, col_starts, col_ends = _groups(region, 0, overlap)
+            v = _best_cut(col_starts, col_ends, min_column) if len(cols) > 1 else None
         if v is not None and (h is None or v[0] > _COLUMN_GAP_RATIO * h[0]):
             k = v[1]
             stack.append(([it for g in cols[k:] for it in g], None))

@@ -83,17 +83,22 @@ def page_lines(page: Any) -> Iterator[TextBox]:
 
 # The TextBox fields of a line, as a dict: the boxes of a page are validated in one call.
 _Line = dict[str, Any]
+_Rect = tuple[float, float, float, float, int]
 _TEXT_BOXES: TypeAdapter[list[TextBox]] = TypeAdapter(list[TextBox])
 _IDENTITY = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
-def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[_Line], float]:
-    """The page's lines as :func:`page_lines` gives them (TextBox fields, content order) and the
-    sum of their box areas. ``rect`` and ``rotation`` are the page's (each a MuPDF call)."""
+def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[_Line], list[_Rect], list[str], float]:
+    """The page's lines as :func:`page_lines` gives them (TextBox fields, content order), each
+    one's ``(x0, y0, x1, y1, index)`` as reading order takes it (``x1`` as ``x + width``, as from
+    the box), their texts and the sum of their box areas. ``rect`` and ``rotation`` are the
+    page's (each a MuPDF call)."""
     # A page of rotation 0 has the identity matrix (PyMuPDF's own rule): not asked for.
     a, b, c, d, e, f = _IDENTITY if rotation == 0 else page.rotation_matrix
     width, height = rect.width, rect.height
     lines: list[_Line] = []
+    rects: list[_Rect] = []
+    texts: list[str] = []
     area = 0.0
     for block in page.get_text("dict", flags=_TEXT_FLAGS)["blocks"]:
         for line in block.get("lines", ()):
@@ -107,14 +112,21 @@ def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[_Line], float]:
             # Rotations are quarter turns, so the turned box's corners are two opposite corners.
             px, py = a * x0 + c * y0 + e, b * x0 + d * y0 + f
             qx, qy = a * x1 + c * y1 + e, b * x1 + d * y1 + f
-            left, right = max(min(px, qx), 0.0), min(max(px, qx), width)
-            top, bottom = max(min(py, qy), 0.0), min(max(py, qy), height)
+            # max(min(px, qx), 0.0), min(max(px, qx), width) and the same for y, inlined.
+            low, high = (qx, px) if qx < px else (px, qx)
+            left = 0.0 if 0.0 > low else low
+            right = width if width < high else high
+            low, high = (qy, py) if qy < py else (py, qy)
+            top = 0.0 if 0.0 > low else low
+            bottom = height if height < high else high
             if not (right > left and bottom > top):  # NaN fails too
                 continue
             w, h = right - left, bottom - top
             area += w * h
+            rects.append((left, top, left + w, top + h, len(lines)))
             lines.append({"text": text, "x": left, "y": top, "width": w, "height": h})
-    return lines, area
+            texts.append(text)
+    return lines, rects, texts, area
 
 
 def _soft_hyphens(text: str) -> str:
@@ -187,16 +199,13 @@ class _Ocr:
 def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _Ocr) -> PdfPage:
     page = doc.load_page(index)
     rect, rotation = page.rect, page.rotation
-    lines, area = _lines(page, rect, rotation)
-    reason = text_layer_reason(page, rect, "".join([line["text"] for line in lines]), area, options.ocr)
+    lines, rects, texts, area = _lines(page, rect, rotation)
+    reason = text_layer_reason(page, rect, "".join(texts), area, options.ocr)
     if reason is not None:
         from mediafleet.workers.pdf.ocr_page import ocr_page
 
         return ocr_page(page, index + 1, options, limits, reason, ocr.get())
-    order = reading_order_indices(
-        [(ln["x"], ln["y"], ln["x"] + ln["width"], ln["y"] + ln["height"], i) for i, ln in enumerate(lines)]
-    )
-    boxes = _TEXT_BOXES.validate_python([lines[i] for i in order])
+    boxes = _TEXT_BOXES.validate_python([lines[i] for i in reading_order_indices(rects)])
     return PdfPage(
         page=index + 1,
         width=rect.width,
