@@ -27,6 +27,14 @@ def read_whole(path: Path) -> bool:
         InputRejected: ``corrupt_input``, the PDF cannot be parsed, or its repair left objects or
             page contents that cannot be loaded (the file was cut short or damaged inside).
     """
+    try:
+        # MuPDF's own open, without PyMuPDF's Document (which loads the outline and metadata, more
+        # than a millisecond on a real manual): enough to ask whether it repaired anything.
+        repaired = pymupdf.mupdf.pdf_was_repaired(pymupdf.mupdf.pdf_open_document(str(path)))
+    except Exception as exc:
+        raise InputRejected("the PDF cannot be parsed") from exc
+    if not repaired:
+        return True
     pymupdf.TOOLS.reset_mupdf_warnings()
     try:
         doc = pymupdf.open(path, filetype="pdf")
