@@ -50,6 +50,8 @@ _PREFIX = "mediafleet:job:"
 _HELD = "mediafleet:held"
 # Jobs some delivery has started and not yet finished (what lost-node recovery looks through).
 _STARTED = "mediafleet:started"
+# Celery's Redis result backend keeps a task's result under this prefix and the task id (the job id).
+_CELERY_RESULT = "celery-task-meta-"
 # Which live worker looks through them this heartbeat (one at a time, not every worker at every beat).
 _SWEEP = "mediafleet:sweep"
 # kombu's Redis transport keeps priority levels 1..9 of a queue in lists of their own, named
@@ -124,14 +126,16 @@ class OutcomeSigner:
 # again: it fails with ``worker_lost`` and the queue keeps flowing.
 MAX_DELIVERIES = 3
 
-# KEYS[1] record; ARGV[1] ttl, ARGV[2..] field/value pairs. Creates the record unless a live one
-# exists; a cancelled job or one that failed retryably is replaced. Returns 1 when created.
+# KEYS[1] record, KEYS[2] the held set, KEYS[3] Celery's result of the job's task; ARGV[1] ttl,
+# ARGV[2] job id, ARGV[3..] field/value pairs. Creates the record unless a live one exists; a
+# cancelled job or one that failed retryably is replaced, and the result of its earlier task is
+# forgotten (a waiter must not wake on it). Returns 1 when created.
 _CLAIM = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'cancelled' and not (state == 'failed' and redis.call('HGET', KEYS[1], 'retryable') == '1') then
   return 0
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 if redis.call('HGET', KEYS[1], 'state') == 'held' then
@@ -577,7 +581,8 @@ class JobStore:
         if request.part_of is not None:
             fields["parent"] = request.part_of.job_id
         flat = [x for kv in fields.items() for x in kv]
-        created = self._claim(keys=[self.key(request.job_id), _HELD], args=[max(keep_s, self._ttl_s), request.job_id, *flat])
+        created = self._claim(keys=[self.key(request.job_id), _HELD, _CELERY_RESULT + request.job_id],
+                              args=[max(keep_s, self._ttl_s), request.job_id, *flat])
         return token if created else None
 
     def held(self) -> list[JobRecord]:

@@ -125,7 +125,6 @@ class CeleryOrchestrator:
                 # Recorded but never sent (its dispatcher died in between): this resubmission sends it.
                 send_extract(self.app, record.request, capability, lost, record.priority)
             return record.request, False
-        self.app.AsyncResult(request.job_id).forget()
         if not held:
             send_extract(self.app, request, capability, token, level)
             jobs.mark_sent(request.job_id)

@@ -2,8 +2,10 @@
 
 Each worker's main process announces itself in Redis (``mediafleet:worker:<hostname>``) when it is
 ready and every ``HEARTBEAT_S`` after; the key expires ``TTL_S`` after the last beat, so a worker
-killed outright drops out within that time. The dispatcher routes on this, with no broadcast round
-trip per submit. A worker's beat also lists the jobs it holds (``running``: reserved or executing),
+killed outright drops out within that time. Each beat also scores the hostname in one sorted set
+(``mediafleet:workers``, score: the beat's time), so finding the live workers reads that index and
+their keys, never the keyspace. The dispatcher routes on this, with no broadcast round trip per
+submit. A worker's beat also lists the jobs it holds (``running``: reserved or executing),
 so a record that names a live worker which no longer holds the job (its outcome lost with a Redis
 crash, or the worker restarted under the same name) can be told from a job that is still running.
 """
@@ -21,6 +23,7 @@ from typing import Any
 __all__ = ["HEARTBEAT_S", "TTL_S", "Announcer", "LiveWorker", "live_workers", "worker_key"]
 
 _PREFIX = "mediafleet:worker:"
+_INDEX = "mediafleet:workers"
 HEARTBEAT_S = 5.0
 TTL_S = 15
 
@@ -40,10 +43,18 @@ class LiveWorker:
 
 
 def live_workers(client: Any) -> list[LiveWorker]:
-    """Every worker whose heartbeat has not expired."""
+    """Every worker whose heartbeat has not expired: the hostnames that beat within ``TTL_S``
+    (the index) whose presence key is still there (one ZRANGEBYSCORE and one MGET, whatever the
+    number of keys in Redis). Hostnames not seen for longer are dropped from the index."""
+    now = time.time()
+    pipe = client.pipeline()
+    pipe.zremrangebyscore(_INDEX, "-inf", now - 4 * TTL_S)
+    pipe.zrangebyscore(_INDEX, now - TTL_S - HEARTBEAT_S, "+inf")
+    _, names = pipe.execute()
+    if not names:
+        return []
     out = []
-    for key in client.scan_iter(match=_PREFIX + "*", count=100):
-        raw = client.get(key)
+    for raw in client.mget([worker_key(n.decode() if isinstance(n, bytes) else n) for n in names]):
         if raw is None:
             continue
         data = json.loads(raw)
@@ -86,7 +97,10 @@ class Announcer:
         held = self._running() if self._running is not None else None
         if held is not None:
             body["running"] = sorted(held)
-        self._client.set(self._key, json.dumps(body), ex=TTL_S)
+        pipe = self._client.pipeline()
+        pipe.set(self._key, json.dumps(body), ex=TTL_S)
+        pipe.zadd(_INDEX, {self._body["hostname"]: body["at"]})
+        pipe.execute()
         if self._on_beat is not None:
             self._on_beat()
 

@@ -136,7 +136,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        task_track_started=True,
+        task_track_started=False,  # the job record says started; nobody reads Celery's STARTED (a write and a wake-up per job)
         task_send_sent_event=True,
         worker_send_task_events=True,
         result_expires=settings.result_ttl_s,

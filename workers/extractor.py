@@ -8,6 +8,7 @@ imported only when a job for their capability arrives, so a PDF-only worker neve
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -45,6 +46,13 @@ def _import(path: str) -> Any:
     return resolve(path)
 
 
+@cache
+def _installed(name: str) -> str:
+    """The installed version of a distribution, read once per process (reading the metadata costs
+    ~0.4 ms, on every job otherwise)."""
+    return metadata.version(name)
+
+
 def load_extractor(capability: Capability) -> Extractor:
     """The extractor for a declared capability, after checking its engine is installed as declared.
 
@@ -55,7 +63,7 @@ def load_extractor(capability: Capability) -> Extractor:
     if path is None:
         raise Unavailable(f"this worker has no extractor for {capability.action}", code=ErrorCode.CAPABILITY_NOT_DECLARED)
     try:
-        installed = metadata.version(capability.engine.name)
+        installed = _installed(capability.engine.name)
     except metadata.PackageNotFoundError as exc:
         raise Unavailable(f"the {capability.engine.name} engine is not installed on this worker") from exc
     try:
