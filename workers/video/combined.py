@@ -444,10 +444,12 @@ class CombinedDetector:
         """Not a transition: its frames stay in the current shot (the machine goes on after them)."""
 
     def _forget(self) -> None:
+        # Both maps hold consecutive frames (pushed in order), so the oldest go first.
         keep = self._stepped - LOOKAHEAD - 2
         if self._candidate is not None:
             keep = min(keep, self._candidate.start - 1)
-        for index in [i for i in self._thumbs if i < keep]:
-            del self._thumbs[index]
-        for index in [i for i in self._greys if i < self._stepped - 2]:
-            del self._greys[index]
+        thumbs, greys = self._thumbs, self._greys
+        while thumbs and next(iter(thumbs)) < keep:
+            del thumbs[next(iter(thumbs))]
+        while greys and next(iter(greys)) < self._stepped - 2:
+            del greys[next(iter(greys))]

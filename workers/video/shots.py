@@ -272,9 +272,12 @@ def sharpness(small_bgr: np.ndarray, grey: np.ndarray | None = None) -> float:
 
 
 def grey_sharpness(grey: np.ndarray) -> float:
-    """Variance of the Laplacian of a grey frame."""
-    _, std = cv2.meanStdDev(cv2.Laplacian(grey, cv2.CV_16S))
-    return float(std[0, 0]) ** 2
+    """Variance of the Laplacian of a grey frame: mean square less squared mean, from OpenCV's
+    vectorised sum and sum of squares (``meanStdDev`` on 16-bit pixels costs about 1.5x as much)."""
+    laplacian = cv2.Laplacian(grey, cv2.CV_16S)
+    n = laplacian.size
+    mean = cv2.sumElems(laplacian)[0] / n
+    return float(cv2.norm(laplacian, cv2.NORM_L2SQR) / n - mean * mean)
 
 
 class _OnePassScore:
