@@ -98,14 +98,17 @@ def _layout(rnd: random.Random, kind: int) -> list[tuple[float, float, float, fl
         elif kind == 2:  # two ragged columns
             x0 = (72.0 if rnd.random() < 0.5 else 320.0) + rnd.uniform(-3, 3)
             y0, w, h = rnd.randint(0, 40) * 14.0 + rnd.uniform(-2, 2), rnd.uniform(100, 220), 11.0
-        else:  # a form: blocks of several widths
+        elif kind == 3:  # a form: blocks of several widths
             x0, y0 = rnd.randint(0, 10) * 50.0, rnd.randint(0, 10) * 20.0
             w, h = rnd.randint(1, 6) * 40.0, rnd.choice([5.0, 10.0, 20.0])
+        else:  # tall boxes among short ones: a row above reaching below the next one
+            x0, y0 = rnd.uniform(0, 300), rnd.randint(0, 20) * 10.0
+            w, h = rnd.uniform(1, 200), rnd.choice([8.0, 30.0, 60.0])
         boxes.append((x0, y0, x0 + w, y0 + h, i))
     return boxes
 
 
-@pytest.mark.parametrize("kind", [0, 1, 2, 3], ids=["scattered", "grid", "two-columns", "form"])
+@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4], ids=["scattered", "grid", "two-columns", "form", "tall"])
 def test_the_reading_order_is_the_plain_xy_cuts(kind: int) -> None:
     rnd = random.Random(kind)
     for _ in range(1500):

@@ -27,6 +27,7 @@ _COLUMN_GAP_RATIO = 2.0
 
 _Item = tuple[float, float, float, float, int]  # x0, y0, x1, y1, index
 _Groups = tuple[list[list[_Item]], list[float], list[float]]  # groups, their starts, their ends
+_Rows = tuple[list[list[_Item]], list[float], list[float], list[float] | None]  # and the gaps between
 _X0 = itemgetter(0)
 _X1 = itemgetter(2)
 _BY_X = itemgetter(0, 2)
@@ -111,14 +112,19 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
     order: list[int] = []
     # A region, and its rows when known: the rows of either side of a cut between rows are that
     # side's rows of the whole (grouping is one pass over the items sorted by y0), so they are
-    # handed down instead of being found again.
-    stack: list[tuple[list[_Item], _Groups | None]] = [(boxes, None)]
+    # handed down instead of being found again; so are the gaps between them where they are the
+    # same (see _row_cut).
+    stack: list[tuple[list[_Item], _Rows | None]] = [(boxes, None)]
     while stack:
         region, known = stack.pop()
         if len(region) <= 1:
             order.extend(it[4] for it in region)
             continue
-        rows, row_starts, row_ends = known if known is not None else _groups(region, 1, overlap)
+        if known is None:
+            rows, row_starts, row_ends = _groups(region, 1, overlap)
+            gaps = _row_gaps(row_starts, row_ends)
+        else:
+            rows, row_starts, row_ends, gaps = known
         common = min(map(_X1, region)) - max(map(_X0, region))
         if common > overlap * max(map(sub, map(_X1, region), map(_X0, region))):
             # One column (:func:`_one_column`): without a column anywhere below, the cuts only
@@ -126,7 +132,13 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             # row left to right.
             _read_rows(rows, order)
             continue
-        h = _best_cut(row_starts, row_ends, 0.0) if len(rows) > 1 else None
+        if len(rows) <= 1:
+            h = None
+        elif gaps is not None:
+            gap = max(gaps)
+            h = gap, gaps.index(gap) + 1
+        else:
+            h = _best_cut(row_starts, row_ends, 0.0)
         if h is not None and -common <= _COLUMN_GAP_RATIO * h[0]:
             # No gap between columns can be wider than max x0 - min x1: none could beat this cut.
             v = None
@@ -139,11 +151,26 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             stack.append(([it for g in cols[:k] for it in g], None))
         elif h is not None:
             k = h[1]
-            stack.append(([it for g in rows[k:] for it in g], (rows[k:], row_starts[k:], row_ends[k:])))
-            stack.append(([it for g in rows[:k] for it in g], (rows[:k], row_starts[:k], row_ends[:k])))
+            below_gaps = None
+            if gaps is not None:
+                # The gap before row i is its start less the largest end above it in the region:
+                # below the cut that largest end is the same unless a row above reaches further
+                # down than the first row below.
+                below_gaps = gaps[k:] if row_ends[k] >= max(row_ends[:k]) else _row_gaps(row_starts[k:], row_ends[k:])
+            stack.append(([it for g in rows[k:] for it in g], (rows[k:], row_starts[k:], row_ends[k:], below_gaps)))
+            stack.append(([it for g in rows[:k] for it in g], (rows[:k], row_starts[:k], row_ends[:k], gaps[: k - 1] if gaps is not None else None)))
         else:
             _read_rows(rows, order)
     return order
+
+
+def _row_gaps(starts: list[float], ends: list[float]) -> list[float] | None:
+    """The gap before each group but the first (its start less the largest end before it), which
+    :func:`_best_cut` compares when every cut counts (``min_part`` 0 and no group of negative
+    extent); None otherwise."""
+    if min(e - s for s, e in zip(starts, ends)) < 0.0:
+        return None
+    return [s - e for s, e in zip(starts[1:], accumulate(ends, max))]
 
 
 def _read_rows(rows: list[list[_Item]], order: list[int]) -> None:
