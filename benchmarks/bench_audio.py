@@ -9,7 +9,9 @@ Paths, each in a fresh process (so peak memory is its own), on the same files:
    without word timestamps;
 4. the same with ``word_timestamps=True``: like for like with mediafleet, whose sentence
    segmentation needs each word's time (the alignment pass costs ~10% of the CPU time);
-5. mediafleet in-process: ``Dispatcher.submit(file).bundle()``: sniff, hash and store the file,
+5. plain batched (as 3) with mediafleet's allocator settings (``mediafleet.workers.audio.memory``:
+   one glibc arena, big blocks kept for reuse while it runs): what plain would gain from them;
+6. mediafleet in-process: ``Dispatcher.submit(file).bundle()``: sniff, hash and store the file,
    stream-decode, streaming VAD, batched transcription with word timings, the mapping to loci,
    PROV-O and the claim (one thread, the worker's defaults).
 
@@ -19,7 +21,8 @@ the reference words are known: word error is measured after lower-casing and dro
 Figures: real-time factor (audio seconds per wall second, and per CPU second: the machine is shared
 and wall time swings, CPU time much less), peak resident memory, word error rate, speed per CPU
 second against plain batched, and where each path's CPU time goes (decode, VAD, features, encode,
-generate, word alignment, the rest: segmentation, dispatch, bundle), timed inside its process.
+generate, word alignment, the rest: segmentation, dispatch, bundle), timed inside its process, and
+how much of it the kernel spent (``sys_s``) with the minor page faults that cause most of it.
 ``--repeat N`` runs the first recording's paths N times each, in turn, and keeps the medians.
 
 Run: ``.venv/bin/python benchmarks/bench_audio.py [--minutes 10] [--long-minutes 30] [--repeat 3]``
@@ -29,6 +32,7 @@ Run: ``.venv/bin/python benchmarks/bench_audio.py [--minutes 10] [--long-minutes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -46,7 +50,7 @@ from benchmarks.harness import in_child, need_tools, serve_child, table, wer, wo
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 WORDS_PER_MINUTE = 160
-MODES = ("plain-defaults", "plain-1-thread", "plain-batched", "plain-batched-words", "mediafleet")
+MODES = ("plain-defaults", "plain-1-thread", "plain-batched", "plain-batched-words", "plain-batched-held", "mediafleet")
 LONG_MODES = ("plain-defaults", "plain-batched", "mediafleet")
 
 
@@ -130,6 +134,12 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
         import faster_whisper.transcribe as fwt
         from faster_whisper import BatchedInferencePipeline, WhisperModel
 
+        held: Any = contextlib.nullcontext
+        if mode == "plain-batched-held":  # imported here only: the other plain paths load no mediafleet code
+            from mediafleet.workers.audio import memory
+
+            memory.one_arena()
+            held = memory.held_allocations
         load = time.perf_counter()
         threads = {"plain-defaults": 0}.get(mode, 1)
         model = WhisperModel(_model_dir(), device="cpu", compute_type="int8", cpu_threads=threads)
@@ -139,12 +149,13 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
         fwt.get_speech_timestamps = stages.wrap("vad", fwt.get_speech_timestamps)
 
         def run() -> str:
-            if mode.startswith("plain-batched"):
-                segments, _ = BatchedInferencePipeline(model).transcribe(
-                    str(path), batch_size=8, word_timestamps=mode == "plain-batched-words")
-            else:
-                segments, _ = model.transcribe(str(path))
-            return " ".join(s.text.strip() for s in segments)
+            with held():
+                if mode.startswith("plain-batched"):
+                    segments, _ = BatchedInferencePipeline(model).transcribe(
+                        str(path), batch_size=8, word_timestamps=mode == "plain-batched-words")
+                else:
+                    segments, _ = model.transcribe(str(path))
+                return " ".join(s.text.strip() for s in segments)
 
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
@@ -153,7 +164,9 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     stages.seconds["rest"] = cpu - sum(stages.seconds.values())
-    return {"wall_s": wall, "cpu_s": cpu, "load_s": load, "peak_rss_mb": after.ru_maxrss / 1024, "text": text,
+    sys_s = after.ru_stime - before.ru_stime
+    return {"wall_s": wall, "cpu_s": cpu, "sys_s": sys_s, "minflt": after.ru_minflt - before.ru_minflt, "load_s": load,
+            "peak_rss_mb": after.ru_maxrss / 1024, "text": text,
             "stages_cpu_s": {k: round(v, 3) for k, v in stages.seconds.items()}}
 
 
@@ -162,7 +175,7 @@ def _summary(runs: list[dict[str, Any]], reference: str, seconds: float) -> dict
     texts = {r["text"] for r in runs}
     if len(texts) != 1:
         sys.exit("a path gave different text on the same recording from one run to the next")
-    out: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "load_s")}
+    out: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "sys_s", "minflt", "load_s")}
     out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
     out["wer"] = wer(reference, texts.pop())
     out["rtf_wall"], out["rtf_cpu"] = seconds / out["wall_s"], seconds / out["cpu_s"]
@@ -232,15 +245,15 @@ def main() -> None:
             for f in figures[key]["paths"].values():
                 f["per_cpu_s_vs_plain_batched"] = round(base_cpu / f["cpu_s"], 3)
 
-    rows = [("recording", "path", "wall s", "x real time", "CPU s", "x real time (CPU)", "peak MB", "WER",
-             "per CPU s vs plain-batched")]
+    rows = [("recording", "path", "wall s", "x real time", "CPU s", "x real time (CPU)", "kernel CPU s", "page faults",
+             "peak MB", "WER", "per CPU s vs plain-batched")]
     stage_names = ("decode", "vad", "features", "encode", "generate", "align", "rest")
     stage_rows = [("recording", "path", "CPU s", *stage_names)]
     for key, block in figures.items():
         for mode, f in block["paths"].items():
             ratio = f.get("per_cpu_s_vs_plain_batched")
             rows.append((key, mode, f"{f['wall_s']:.1f}", f"{f['rtf_wall']:.1f}x", f"{f['cpu_s']:.1f}",
-                         f"{f['rtf_cpu']:.1f}x", f"{f['peak_rss_mb']:.0f}", f"{f['wer']:.4f}",
+                         f"{f['rtf_cpu']:.1f}x", f"{f['sys_s']:.2f}", f"{f['minflt']:,.0f}", f"{f['peak_rss_mb']:.0f}", f"{f['wer']:.4f}",
                          "-" if ratio is None else f"{ratio:.2f}x"))
             stage_rows.append((key, mode, f"{f['cpu_s']:.1f}",
                                *(f"{f['stages_cpu_s'].get(s, 0.0):.2f}" for s in stage_names)))
