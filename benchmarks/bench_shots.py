@@ -11,9 +11,10 @@ between near-identical slides, one from the leaf to the same picture 10 % closer
 to right; top to bottom on real footage), a fade through black and a real dissolve; inside shots,
 which must not be cut: a two-frame flash, a one-frame flash on the real deer, a fast pan (24 px a
 frame), a fast pan over a real picture (8 px a frame) and a fade to black and back. 640x360,
-25 fps, H.264 (CRF 18), written to the system temp directory. ``gradients`` picks random colours
-unless seeded; its seed is fixed (:data:`GRADIENTS_SEED`), so every run scores the same clip (before,
-each run drew new colours for that shot, and the wipe out of it is where the result moves).
+25 fps, H.264 (CRF 18), written to the system temp directory. ``gradients`` draws random colours
+and line ends unless given, ``cellauto`` a random first row unless seeded; both are fixed
+(:data:`GRADIENTS`, :data:`CELLAUTO_SEED`), so every run scores the same clip (before, each run
+drew new ones, and the wipe out of the gradients shot is where results moved).
 
 Scoring (each true boundary found at most once):
 
@@ -60,7 +61,10 @@ from benchmarks.harness import ROOT, table, write_results
 
 W, H, RATE, SHOT = 640, 360, 25, 75
 TRANSITION = 20
-GRADIENTS_SEED = 1
+# FFmpeg's gradients source draws random colours and line ends unless they are given (its seed
+# option does not fix them in FFmpeg 5.1): given, so every run scores the same clip.
+GRADIENTS = "gradients=speed=0.02:c0=0x3050d0:c1=0xe0a040:x0=40:y0=30:x1=600:y1=330"
+CELLAUTO_SEED = 1  # cellauto's random first row, fixed
 OUT = Path(tempfile.gettempdir()) / "mediafleet-bench-shots"
 REAL = ROOT.parent / "shared" / "corpus" / "video" / "testvideo.mp4"
 
@@ -114,8 +118,8 @@ def _shots() -> tuple[list[np.ndarray], list[tuple[str, str]], list[tuple[int, i
         slide([9, 8, 9, 6, 7], SHOT, 1),
         slide([9, 8, 9, 6, 7, 8], SHOT, 1),  # slide A with one more line
         slide([9, 8, 9, 6, 7, 8, 5], SHOT, 1),  # and another
-        source(f"gradients=speed=0.02:seed={GRADIENTS_SEED}", SHOT), source("testsrc", SHOT), source("rgbtestsrc", SHOT),
-        source("cellauto=rule=110", SHOT), source("testsrc2", SHOT), source("mandelbrot", SHOT),
+        source(GRADIENTS, SHOT), source("testsrc", SHOT), source("rgbtestsrc", SHOT),
+        source(f"cellauto=rule=110:seed={CELLAUTO_SEED}", SHOT), source("testsrc2", SHOT), source("mandelbrot", SHOT),
     ]
     joins = [("cut", "distinct"), ("fade", ""), ("cut", "distinct"), ("cut", "near-identical"),
              ("cut", "near-identical"), ("dissolve", ""), ("wipe", ""), ("cut", "distinct"), ("fadeblack", ""),
