@@ -28,7 +28,9 @@ The combined detector is ours and needs no byte-exact PySceneDetect frame, so it
 planes instead (:class:`SignalFrames`): the luma plane resized linearly to the same analysis size
 (the grey frame: what converting to BGR and then to grey would give, without converting a single
 full-size pixel), the chroma planes to half that size, and the ~64-px colour thumbnail made from
-those small planes. At 360p that is about a third of the exact frame's cost, at 1080p a fifth.
+those small planes. With its signals and sharpness that costs 0.34 ms a 360p frame against 0.58 ms
+for the exact frame and the same signals, 0.76 against 1.58 ms at 1080p (best of 9 interleaved loops
+over the same decoded frames, one thread, a loaded 2-core machine).
 """
 
 from __future__ import annotations
