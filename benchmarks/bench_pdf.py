@@ -12,6 +12,9 @@ peak memory of one in-process run on a generated 900-page document (a child proc
 nothing else is counted), beside bare PyMuPDF's on the same file.
 Bare and in-process are timed in interleaved rounds (bare, in-process, in-process, bare, ...),
 so a busy machine slows both alike, and each is reported as the median of its rounds.
+Split across workers (``benchmarks/pdf_split.py``): one long PDF as one task on one worker, and
+split into page ranges on one and on two single-thread workers; the generated PDF in the shipped
+ranges of 32 pages, and a scanned 8-page PDF (OCR) in ranges of 2.
 Run: ``.venv/bin/python -m benchmarks.bench_pdf [pages] [--rounds N] [--no-fleet]`` (``--help``).
 """
 
@@ -35,7 +38,9 @@ sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
 import pymupdf  # noqa: E402
 
 from benchmarks.harness import REAL_PDF_ROOT, fleet, median_seconds, real_pdfs, table, write_results  # noqa: E402
+from benchmarks.pdf_split import split_speedup  # noqa: E402
 from mediafleet import Dispatcher, Settings  # noqa: E402
+from tests.media import scanned  # noqa: E402
 
 WORDS = "harbour ledger quartz orbit falcon granite willow copper velvet summit river canvas".split()
 
@@ -60,6 +65,7 @@ def bare(path: Path) -> None:
 
 
 LONG_PAGES = 900
+SCANNED_PAGES = 8
 
 
 def interleaved(paths: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
@@ -138,8 +144,12 @@ def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bo
              "mediafleet": peak_mb("mediafleet", long_path, tmp / "peak-blobs")}
 
     t_fleet = t_small_fleet = float("nan")
+    split: dict[str, Any] = {}
     if with_fleet:
         t_fleet, t_small_fleet = _through_redis(pages, small_jobs, smalls, tmp)
+        split["text_layer"] = split_speedup(lambda salt: make_pdf(pages, salt=salt), pages)
+        split["scanned"] = split_speedup(lambda salt: scanned(make_pdf(SCANNED_PAGES, salt=salt), dpi=150),
+                                         SCANNED_PAGES, repeat=1, size=2)
 
     rows = [("path", "seconds", "pages/s", "vs bare")]
     figures = {}
@@ -168,6 +178,14 @@ def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bo
     if not with_fleet:
         print("--no-fleet: results not written (the fleet's figures are missing)")
         return
+    split_rows = [("one long PDF on the fleet", "ranges", "one task, 1 worker", "split, 1 worker",
+                   "split, 2 workers", "2 vs 1 workers")]
+    for name, fig in split.items():
+        sec = fig["seconds"]
+        split_rows.append((f"{name} ({fig['pages']} pages, ranges of {fig['range_pages']})", str(fig["ranges"]),
+                           f"{sec['one_task_1_worker']:.2f} s", f"{sec['split_1_worker']:.2f} s",
+                           f"{sec['split_2_workers']:.2f} s", f"{fig['speedup_2_vs_1_workers']:.2f}x"))
+    print(table(split_rows))
     out = write_results("pdf", {"pages": pages, "lines_per_page": 40,
                                 "timing": {"statistic": "median of interleaved rounds (bare, in-process)",
                                            "rounds": rounds, "real_pdf_rounds": max(rounds, 7),
@@ -177,6 +195,7 @@ def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bo
                                                  "fleet": round(t_small_fleet * 1000, 2),
                                                  "overhead": round(overhead_ms, 2)},
                                 "real_pdfs": real_figures,
+                                "split_across_workers": split,
                                 "peak_memory_mb": {"pages": LONG_PAGES, "bytes": long_path.stat().st_size,
                                                    **{k: round(v, 1) for k, v in peaks.items()}}})
     print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")

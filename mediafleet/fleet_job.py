@@ -19,13 +19,15 @@ from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, Progress
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.job import Job
-from mediafleet.jobstore import JobRecord, JobStore
+from mediafleet.jobstore import JobRecord, JobStore, Watch
 from mediafleet.unreachable import redis_away_errors, translating
 from mediafleet.workers.parts import decides
 
 __all__ = ["FleetJob", "join_and_index"]
 
 _PROGRESS_SLICE_S = 0.5
+# A job whose parts all reported and whose record has not moved for this long has lost its joiner.
+_JOINER_GONE_S = 30.0
 
 
 def _now() -> datetime:
@@ -67,6 +69,7 @@ class FleetJob(Job):
         self._request = request
         self._manifest = manifest
         self._index_setting = index_setting  # settings.discovery_index, for a join done here
+        self._waited = request.job_id  # the task whose end the waiter watches: its own, then each part's
 
     @translating
     def record(self) -> JobRecord | None:
@@ -124,8 +127,8 @@ class FleetJob(Job):
             return None
         return next((job_id for name, job_id in record.parts.items() if not record.reported(name)), None)
 
-    def _finished(self) -> Outcome | None:
-        record = self.record()
+    def _finished(self, record: JobRecord | None = None) -> Outcome | None:
+        record = record or self.record()
         if record is not None and record.forged:
             return _untrusted(self._request)
         if record is not None and record.final and (outcome := record.outcome) is not None:
@@ -137,40 +140,54 @@ class FleetJob(Job):
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
-            try:
-                if (outcome := self._wait_slice(max(left, 0.0), on_progress)) is not None:
-                    break
-            except _REDIS_AWAY:
-                # Redis restarting or failing over: the records and queues come back with it (the
-                # client retried for a while already); keep waiting until the caller's deadline.
-                time.sleep(max(0.0, min(left, 0.5)))
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimedOut("the job did not finish within the wait timeout")
+        watch = None
+        try:
+            while True:
+                left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
+                try:
+                    watch = watch or self._jobs.watch()
+                    if (outcome := self._wait_slice(watch, max(left, 0.0), on_progress)) is not None:
+                        break
+                except _REDIS_AWAY:
+                    # Redis restarting or failing over: the records and queues come back with it (the
+                    # client retried for a while already); keep waiting until the caller's deadline,
+                    # on a new subscription.
+                    if watch is not None:
+                        watch.close()
+                    watch = None
+                    time.sleep(max(0.0, min(left, 0.5)))
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimedOut("the job did not finish within the wait timeout")
+        finally:
+            if watch is not None:
+                watch.close()
         return build_bundle(outcome, self._capability)
 
-    def _wait_slice(self, left: float, on_progress: Callable[[Progress], None] | None) -> Outcome | None:
-        """Wait up to ``left`` seconds for the job; its outcome, or None to wait on."""
-        from celery.exceptions import TimeoutError as CeleryTimeout
+    def _wait_slice(self, watch: Watch, left: float, on_progress: Callable[[Progress], None] | None) -> Outcome | None:
+        """Wait up to ``left`` seconds for the job; its outcome, or None to wait on.
 
-        if (outcome := self._finished()) is not None:
-            return outcome
+        The job's record wakes the wait the moment its outcome is written (it publishes on the
+        job's finished channel); the Celery result of the task waited on wakes it when that task
+        ended without writing one. The short slices are only there to report progress in between.
+        """
+        # Subscribed before the record is read, so an outcome written in between cannot go unseen.
+        watch.follow(self.id, self._waited)
         record = self.record()
-        waited = self._app.AsyncResult(self._running_part(record) or self.id) if record is not None else None
-        if waited is None or waited.ready():
+        waited = (self._running_part(record) or self.id) if record is not None else None
+        if waited is not None and waited != self._waited:  # its own task reported: now a part's
+            self._waited = waited
+            watch.follow(self.id, waited)
+            record = self.record()
+        if (outcome := self._finished(record)) is not None:
+            return outcome
+        if waited is None or self._app.AsyncResult(waited).ready():
             if (outcome := self._settle()) is not None:
                 return outcome
             # Ended without an outcome that counts (a stale delivery's, or one on its way): poll.
             time.sleep(min(left, 0.1))
             return None
-        # The Redis backend wakes get() through pub/sub the moment the result lands; the short
-        # slices are only there to report progress in between.
-        try:
-            waited.get(timeout=left, propagate=False, disable_sync_subtasks=False)
-        except CeleryTimeout:
-            if on_progress is not None and (p := self.progress()) is not None:
-                on_progress(p)
+        if not watch.wait(left) and on_progress is not None and (p := self.progress()) is not None:
+            on_progress(p)
         return None
 
     def _settle(self) -> Outcome | None:
@@ -217,10 +234,20 @@ class FleetJob(Job):
         return self._finished()
 
     def _stuck(self) -> bool:
-        """Every part reported, yet no outcome (the joiner died): the join is left to us."""
-        time.sleep(0.2)
+        """Every part reported, yet no outcome, and the joiner died: the join is left to us.
+
+        A joiner joins inside its task, before the task's Celery result lands, so a join still
+        under way (a long document's takes seconds) is told from a dead joiner by the tasks: when
+        every task of the job has a result and the record has no outcome, nobody is joining. A
+        record that has not moved for ``_JOINER_GONE_S`` is taken as stuck too (a part reused from
+        an earlier submission may have no Celery result left to wait for).
+        """
         record = self.record()
-        return record is not None and not record.final and record.pending_parts <= 0
+        if record is None or record.final or record.pending_parts > 0:
+            return False
+        if time.time() - record.updated_at > _JOINER_GONE_S:
+            return True
+        return all(self._app.AsyncResult(task).ready() for task in (self.id, *record.parts.values()))
 
     def _lost(self, result: Any, request: ExtractRequest) -> Outcome | None:
         """The outcome of a task whose worker could not write one (killed, timed out, revoked),

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from mediafleet.settings import Settings
 
 __all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "JobRecord", "JobStore",
-           "OutcomeSigner", "queue_lists", "redis_client"]
+           "OutcomeSigner", "Watch", "finished_channel", "queue_lists", "redis_client"]
 
 # An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
@@ -50,8 +50,11 @@ _PREFIX = "mediafleet:job:"
 _HELD = "mediafleet:held"
 # Jobs some delivery has started and not yet finished (what lost-node recovery looks through).
 _STARTED = "mediafleet:started"
-# Celery's Redis result backend keeps a task's result under this prefix and the task id (the job id).
+# Celery's Redis result backend keeps a task's result under this prefix and the task id (the job id),
+# and publishes it on a channel of the same name.
 _CELERY_RESULT = "celery-task-meta-"
+# A job's record publishes here when its outcome is written.
+_FINISHED = "mediafleet:finished:"
 # Which live worker looks through them this heartbeat (one at a time, not every worker at every beat).
 _SWEEP = "mediafleet:sweep"
 # kombu's Redis transport keeps priority levels 1..9 of a queue in lists of their own, named
@@ -59,6 +62,11 @@ _SWEEP = "mediafleet:sweep"
 KOMBU_PRIORITY_SEP = "\x06\x16"
 # A client rides out Redis being away (a restart, a failover) for about this long before it raises.
 _RETRY_S = 25
+
+
+def finished_channel(job_id: str) -> str:
+    """The pub/sub channel a job's finisher announces its outcome on (:meth:`JobStore.announce_finished`)."""
+    return _FINISHED + job_id
 
 
 def queue_lists(queue: str) -> list[str]:
@@ -483,6 +491,40 @@ def _signed_text(job_id: str, fields: dict[str, str]) -> str | None:
     return fields.get("outcome")
 
 
+class Watch:
+    """One pub/sub connection a waiter sleeps on between reads of a job's record.
+
+    Only a wake-up: whoever wakes re-reads the record (a message may be missed while Redis is away,
+    so a waiter also re-reads when its slice of time runs out).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self._channels: set[str] = set()
+
+    def follow(self, job_id: str, task_id: str) -> None:
+        """Wake on ``job_id``'s record being finished and on ``task_id``'s Celery result (subscribed
+        before the caller reads the record, so no outcome can land unseen in between)."""
+        wanted = {finished_channel(job_id), _CELERY_RESULT + task_id} - self._channels
+        if wanted:
+            self._pubsub.subscribe(*sorted(wanted))
+            self._channels |= wanted
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a followed channel says something or ``timeout`` passes; whether it said."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if self._pubsub.get_message(timeout=left) is not None:
+                return True
+        return False
+
+    def close(self) -> None:
+        try:
+            self._pubsub.close()
+        except Exception:  # noqa: BLE001 - closing a connection Redis already dropped
+            pass
+
+
 class JobStore:
     """Job records in the Redis behind ``client`` (a ``redis.Redis``)."""
 
@@ -611,6 +653,16 @@ class JobStore:
     def started(self) -> list[JobRecord]:
         """Jobs some delivery started and none finished yet (records that expired are dropped)."""
         return self._members(_STARTED, JobState.STARTED)
+
+    def announce_finished(self, job_id: str) -> None:
+        """Wake the job's waiters: its outcome is written (and indexed, where the settings name an
+        index), so what they read next is final."""
+        self._r.publish(finished_channel(job_id), "1")
+
+    def watch(self) -> Watch:
+        """A subscription that wakes a waiter when a job's record gets its outcome, or when a task's
+        Celery result lands (a task that ended without writing one: killed, timed out, revoked)."""
+        return Watch(self._r)
 
     def sweep_turn(self, sweeper: str, every_s: float) -> bool:
         """Whether ``sweeper`` looks through the started jobs now: one sweeper per ``every_s``

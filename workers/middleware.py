@@ -13,7 +13,8 @@ The Celery task is a thin shell: it makes a :class:`Delivery` and hands it, with
 * ``after_run(delivery, outcome)`` once, with the outcome, run or decided.
 
 :func:`fleet_middleware` is the fleet's chain: delivery counting, progress throttling, progress
-reporting, cancellation, the delivery limit, outcome and part reporting, discovery indexing. Each
+reporting, cancellation, the delivery limit, outcome and part reporting, discovery indexing, the
+notice that wakes a finished job's waiters. Each
 middleware is tested on its own against a real Redis (``tests/test_middleware.py``); none imports
 Celery.
 """
@@ -40,7 +41,7 @@ from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.spec import ProgressFn
 
 __all__ = [
-    "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DiscoveryIndexing", "Middleware",
+    "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DiscoveryIndexing", "FinishedNotice", "Middleware",
     "OutcomeReporting", "ProgressReporting", "ProgressThrottle", "Skip", "fleet_middleware", "join_parts",
     "report", "run_chain",
 ]
@@ -232,12 +233,25 @@ class DiscoveryIndexing(Middleware):
             index_finished(self._setting, delivery.finished, self._manifest)
 
 
+class FinishedNotice(Middleware):
+    """Wakes the waiters of a job this delivery finished, last of all (after its indexing, so a
+    caller that searches right after its bundle came back finds the evidence). Best effort: a
+    waiter also re-reads the record at each slice of its wait."""
+
+    def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
+        if delivery.finished is not None:
+            try:
+                delivery.jobs.announce_finished(delivery.finished.job_id)
+            except _TRANSIENT:
+                return
+
+
 def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> list[Middleware]:
     """The fleet task's chain, in order. Cancellation comes after progress reporting (it reads the
     state that report returned) and before the delivery limit (a cancelled job ends ``cancelled``
-    however often it was delivered)."""
+    however often it was delivered); the finished notice comes last."""
     return [DeliveryCounting(), ProgressThrottle(), ProgressReporting(), Cancellation(), DeliveryLimit(),
-            OutcomeReporting(manifest), DiscoveryIndexing(discovery_index, manifest)]
+            OutcomeReporting(manifest), DiscoveryIndexing(discovery_index, manifest), FinishedNotice()]
 
 
 def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Outcome | None:

@@ -53,9 +53,14 @@ class PartKind(Protocol):
     Attributes:
         option: a companion's boolean option (the manifest's ``Part.option`` must name it); None
             for a split.
+        reverify: whether a result this part joined is checked again like an extractor's (a
+            transcript attached to a video: yes; a split's ranges, each checked by the worker that
+            read it and joined without a locus of their own: no, that would read the whole
+            document's loci once more).
     """
 
     option: str | None
+    reverify: bool
 
     def probe(self, source: Path | BinaryIO) -> Any:
         """What planning needs from the bytes, read by the dispatcher before they are stored (a
@@ -248,13 +253,15 @@ def join(request: ExtractRequest, reported: Mapping[str, Outcome | None], capabi
         return Outcome.failed(request, error, datetime.now(UTC))
     if own.status != "ok":
         return own
-    outcome = own
+    outcome, reverify = own, False
     for name in capability.parts:
         mine = {n: o for n, o in reported.items() if n.partition(":")[0] == name}
-        outcome = kind_of(capability, name).join(outcome, mine, manifest)
+        kind = kind_of(capability, name)
+        outcome = kind.join(outcome, mine, manifest)
         if outcome.status != "ok":
             return outcome
-    if outcome is own or outcome.result is None:
+        reverify = reverify or (bool(mine) and kind.reverify)
+    if not reverify or outcome.result is None:
         return outcome
     checks = dict(outcome.checks)
     try:

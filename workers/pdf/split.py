@@ -58,6 +58,7 @@ class PagesPart:
     """The ``pages`` split of a PDF job."""
 
     option = None
+    reverify = False  # each range's loci were checked by its worker; the join adds none
 
     def probe(self, source: Path | BinaryIO) -> int | None:
         return page_count(source)

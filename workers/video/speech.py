@@ -98,6 +98,7 @@ class SpeechPart:
     track transcribed by the ``transcribe_segments`` capability, on the audio queue."""
 
     option = "speech"
+    reverify = True  # the transcript's loci were never checked as part of the video's
 
     def probe(self, source: Path | BinaryIO) -> bool | None:
         """Whether the container shows an audio track (a silent video gets no speech part)."""
