@@ -181,7 +181,7 @@ class FleetJob(Job):
         if (outcome := self._finished(record)) is not None:
             return outcome
         if waited is None or self._app.AsyncResult(waited).ready():
-            if (outcome := self._settle()) is not None:
+            if (outcome := self._settle(waited)) is not None:
                 return outcome
             # Ended without an outcome that counts (a stale delivery's, or one on its way): poll.
             time.sleep(min(left, 0.1))
@@ -190,13 +190,16 @@ class FleetJob(Job):
             on_progress(p)
         return None
 
-    def _settle(self) -> Outcome | None:
-        """A task this job waits on has ended but the job has no outcome yet: find out why.
+    def _settle(self, ended: str | None) -> Outcome | None:
+        """The task ``ended`` (this job's own, or a part's; None: the job has no record) has ended
+        but the job has no outcome yet: find out why.
 
         Its worker may have been killed or timed out before writing one (the job fails here with
         the reason); a part's worker likewise (its failure is reported into the job as that
         part's, and decides the job when the part's kind says so); or the last reporter died
-        before joining (the join is done here). None when the outcome is simply on its way.
+        before joining (the join is done here). None when the outcome is simply on its way, or the
+        job moved on meanwhile (its own task reported: the next part is waited on, never taken
+        for lost because another task ended).
         """
         # Read after the task was seen ending: a task reports before it ends, so this record holds
         # whatever it reported (one read before that could wrongly count its job as lost).
@@ -204,6 +207,8 @@ class FleetJob(Job):
         if record is not None and record.final and (outcome := record.outcome) is not None:
             return outcome
         part = self._running_part(record) if record is not None else None
+        if part is not None and part != ended:
+            return None
         if part is None:
             if record is not None and record.own_reported:
                 # Its own task and every part reported: joined meanwhile, or the joiner died.
