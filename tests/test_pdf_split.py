@@ -190,3 +190,39 @@ def test_a_range_whose_pool_process_is_killed_runs_again_alone(fleet_env, start_
     killed = jobs.get(record.parts["pages:5-8"])
     assert killed.attempts == 2 and killed.completions == 1  # delivered again, alone
     assert record.attempts == 1 and jobs.get(record.parts["pages:9-12"]).attempts == 1
+
+
+class _Ended:
+    """Celery's view of tasks: the ones named have ended (SUCCESS), every other is pending."""
+
+    def __init__(self, ended: set[str]) -> None:
+        self.ended = ended
+
+    def AsyncResult(self, task_id: str):  # noqa: N802 - Celery's name  # type: ignore[no-untyped-def]
+        from types import SimpleNamespace
+
+        done = task_id in self.ended
+        return SimpleNamespace(ready=lambda: done, state="SUCCESS" if done else "PENDING", info=None, worker=None)
+
+
+@pytest.mark.integration
+def test_a_waiter_never_takes_a_queued_range_for_lost_when_another_task_ended(jobs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The job's own task ended (and reported) between the waiter's read and its look at why: the
+    range now waited on is still queued, so nothing is lost and nothing is written."""
+    from mediafleet.fleet_job import FleetJob
+
+    manifest = default_manifest()
+    capability = manifest.capability("ocr_pdf")
+    store = LocalBlobStore(tmp_path / "blobs")
+    request = pdf_request(store, text_pdf(40, lines=2))
+    own, planned = parts.plan(request, capability, manifest, {"pages": 40})
+    part = planned["pages:33-40"]
+    token = jobs.claim(own, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60,
+                       parts={"pages:33-40": part.job_id})
+    assert token is not None and jobs.start(own.job_id, "w1@test", token)[0] == 1
+    assert jobs.claim(part, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60) is not None
+    outcome = run_request(own, manifest=manifest, store=store)
+    assert jobs.report_part(own.job_id, "pdf", outcome, delivery=1) == 1  # the own task's report: 1 range left
+    waiter = FleetJob(_Ended({own.job_id}), jobs, capability, own, manifest)
+    assert waiter._settle(own.job_id) is None  # the own task ended; the range is still to run
+    assert jobs.get(part.job_id).state == JobState.QUEUED and not jobs.get(own.job_id).final
