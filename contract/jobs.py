@@ -52,6 +52,11 @@ class Span(Strict):
     first: Annotated[int, Field(strict=True, ge=1)]
     last: Annotated[int, Field(strict=True, ge=1)]
 
+    @property
+    def count(self) -> int:
+        """How many units the range holds."""
+        return self.last - self.first + 1
+
 
 class ExtractRequest(Strict):
     """One job for one worker: run ``action`` on the artifact with these options."""

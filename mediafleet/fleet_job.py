@@ -15,13 +15,13 @@ from typing import Any
 from mediafleet.adapters.bundle import build_bundle
 from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.contract.errors import ErrorCode, PublicError, TimedOut
-from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, Progress
+from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf, Progress
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.job import Job
 from mediafleet.jobstore import JobRecord, JobStore, Watch
 from mediafleet.unreachable import redis_away_errors, translating
-from mediafleet.workers.parts import decides
+from mediafleet.workers.middleware import join_parts, report_part
 
 __all__ = ["FleetJob", "join_and_index"]
 
@@ -47,8 +47,6 @@ def _untrusted(request: ExtractRequest) -> Outcome:
 
 def join_and_index(jobs: JobStore, job_id: str, manifest: Manifest, index_setting: str | None) -> None:
     """Join a job whose parts have all reported, and index the joined outcome (the discovery hook)."""
-    from mediafleet.workers.app import join_parts
-
     if (joined := join_parts(jobs, job_id, manifest)) is not None:
         index_finished(index_setting, joined, manifest)
 
@@ -88,18 +86,21 @@ class FleetJob(Job):
         record = self.record()
         if record is None:
             return None
-        if record.parts and (span := record.request.span) is not None:
-            return self._split_progress(record, span.last - span.first + 1)
+        if record.parts and record.request.span is not None:
+            return self._split_progress(record)
         if (part := self._running_part(record)) is not None and (running := self._jobs.get(part)) is not None:
             return running.progress
         return record.progress
 
-    def _split_progress(self, record: JobRecord, own_total: int) -> Progress:
+    def _split_progress(self, record: JobRecord) -> Progress:
+        """Pages across the ranges: a finished range counts whole, a running one by its share."""
+        own = record.request.span
+        assert own is not None
         done, total, unit = 0, 0, None
         for name, job_id in [(None, self.id), *record.parts.items()]:
             part = record if name is None else self._jobs.get(job_id)
             span = part.request.span if part is not None else None
-            size = span.last - span.first + 1 if span is not None else own_total
+            size = (span or own).count  # a range whose record is gone: counted as the first range's size
             progress = part.progress if part is not None else None
             finished = part is not None and (part.final or (name is None and record.own_reported))
             if finished:
@@ -232,9 +233,10 @@ class FleetJob(Job):
                 code=ErrorCode.WORKER_LOST, retryable=True, message="the part's record is gone"), _now())
         if reported is None:
             return None
-        parent = self._capability
-        decided = decides(parent, name, reported)
-        if self._jobs.report_part(self.id, name, reported, decides=decided) == 0 or self._stuck():
+        of = PartOf(job_id=self.id, action=self._request.action, part=name)
+        if (joined := report_part(self._jobs, self._manifest, of, reported)) is not None:
+            index_finished(self._index_setting, joined, self._manifest)
+        elif self._stuck():
             join_and_index(self._jobs, self.id, self._manifest, self._index_setting)
         return self._finished()
 

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, MediafleetError
 from mediafleet.contract.jobs import ExtractRequest, JobState
 from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
-from mediafleet.fleet_job import FleetJob, join_and_index
+from mediafleet.discovery.hook import index_finished
+from mediafleet.fleet_job import FleetJob
 from mediafleet.job import Job, refused_job
 from mediafleet.jobstore import JobStore, queue_lists
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
-from mediafleet.workers.parts import decides, plan, probe
+from mediafleet.workers.middleware import report_part
+from mediafleet.workers.parts import plan, probe
 
 if TYPE_CHECKING:
     from mediafleet.admission import Submission
@@ -142,9 +144,8 @@ class CeleryOrchestrator:
         record = self.jobs().get(part.job_id)
         if record is None or not record.final or (outcome := record.outcome) is None:
             return
-        parent = self.manifest.capability(of.action)
-        if self.jobs().report_part(of.job_id, of.part, outcome, decides=decides(parent, of.part, outcome)) == 0:
-            join_and_index(self.jobs(), of.job_id, self.manifest, self.settings.discovery_index)
+        if (joined := report_part(self.jobs(), self.manifest, of, outcome)) is not None:
+            index_finished(self.settings.discovery_index, joined, self.manifest)
 
     def _route(self, capability: Capability) -> tuple[DeviceClass, str | None]:
         """The first allowed device class with a live worker on the capability's queue.

@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
-from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
+from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
@@ -43,7 +43,7 @@ from mediafleet.workers.spec import ProgressFn
 __all__ = [
     "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DiscoveryIndexing", "FinishedNotice", "Middleware",
     "OutcomeReporting", "ProgressReporting", "ProgressThrottle", "Skip", "fleet_middleware", "join_parts",
-    "report", "run_chain",
+    "report", "report_part", "run_chain",
 ]
 
 log = logging.getLogger("mediafleet.worker")
@@ -278,6 +278,17 @@ def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Outcome | Non
     return outcome
 
 
+def report_part(jobs: JobStore, manifest: Manifest, of: PartOf, outcome: Outcome) -> Outcome | None:
+    """Report a part's finished outcome into its job (whether it decides the job, its kind says);
+    the joined outcome when this report was the last and its join was written, else None. The one
+    way a part reports: its worker, a dispatcher finding it finished from an earlier submission,
+    and a waiter recording it lost all call this."""
+    parent = manifest.capability(of.action)
+    if jobs.report_part(of.job_id, of.part, outcome, decides=decides(parent, of.part, outcome)) == 0:
+        return join_parts(jobs, of.job_id, manifest)
+    return None
+
+
 def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome,
            parts: dict[str, str], delivery: int | None = None) -> Outcome | None:
     """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
@@ -294,10 +305,7 @@ def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome:
     if (of := request.part_of) is not None:
         if not jobs.finish(outcome, delivery=delivery):
             return None
-        parent = manifest.capability(of.action)
-        if jobs.report_part(of.job_id, of.part, outcome, decides=decides(parent, of.part, outcome)) == 0:
-            return join_parts(jobs, of.job_id, manifest)
-        return None
+        return report_part(jobs, manifest, of, outcome)
     if not parts:
         return outcome if jobs.finish(outcome, delivery=delivery) else None
     capability = manifest.capability(request.action)

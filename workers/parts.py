@@ -40,7 +40,7 @@ from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.results import OPTIONS_BY_MODALITY
 
-__all__ = ["PartKind", "Planned", "decides", "join", "join_inline", "kind_of", "options_for", "own_part",
+__all__ = ["PartKind", "Planned", "decides", "join", "join_inline", "kind_of", "narrow", "options_for", "own_part",
            "part_capabilities", "plan", "probe", "verify_result", "within_manifest"]
 
 Planned = tuple[ExtractRequest, dict[str, ExtractRequest]]
