@@ -121,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     wk.add_argument("--max-tasks-per-child", type=_positive, help="replace a pool process after this many jobs")
     wk.add_argument("--max-memory-per-child", type=_positive,
                     help="KiB; a pool process above it is replaced after its current job")
+    wk.add_argument("--events", action="store_true",
+                    help="send Celery task events for Flower (MEDIAFLEET_TASK_EVENTS; default off: each costs "
+                         "Redis publishes per job, and a running Flower turns them on itself)")
 
     st = sub.add_parser("status", help="queues, live workers by device class, and a job's state")
     st.add_argument("job", nargs="?", help="a job id (mf-...)")
@@ -618,6 +621,8 @@ class _Progress:
 def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     from mediafleet.workers.boot import BootRefused, WorkerOptions, boot_worker
 
+    if args.events:
+        settings = settings.model_copy(update={"task_events": True})
     options = WorkerOptions(queues=args.queues, concurrency=args.concurrency, pool=args.pool, loglevel=args.loglevel,
                             hostname=args.hostname, max_tasks_per_child=args.max_tasks_per_child,
                             max_memory_per_child=args.max_memory_per_child)

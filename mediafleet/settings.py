@@ -69,6 +69,13 @@ class Settings(BaseSettings):
         "visibility timeout; a worker only cut off from Redis that still runs it then runs it twice, one outcome "
         "kept. false: such a job waits for the visibility timeout (the longest hard time limit x1.25 + 60 s)",
     )
+    task_events: bool = Field(
+        False, description="send Celery task events (task-sent from dispatchers, task-received/started/succeeded "
+        "from workers) for Flower's per-task views and its task metrics; each costs Redis publishes per job "
+        "(about 1 ms of a small job's round trip). Workers' own heartbeat events are sent either way, and a "
+        "running Flower turns task events on in the workers it sees (its enable_events option, on by default). "
+        "`mediafleet worker --events` sets it for one worker",
+    )
     engine_owners: list[str] = Field(
         default_factory=list,
         description="the callers' engine owners whose blob digests the fleet recomputes and verifies (JSON list): "
