@@ -42,9 +42,9 @@ candidate (their shot is not known yet), so that length is bounded by memory at 
 
 from __future__ import annotations
 
-import statistics
 from array import array
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -98,6 +98,7 @@ SAME_SHOT = 0.3  # a fade's two sides within this share of their change to the u
 SAME_HASH_BITS = 6
 MAX_TRANSITION = 60
 _HOLD_BYTES = 160 << 20
+_UNSET = float("nan")  # a lazily measured signal not measured yet
 
 
 def max_transition_frames(width: int, height: int) -> int:
@@ -115,23 +116,42 @@ def thumb_size(width: int, height: int) -> tuple[int, int]:
     return width, height
 
 
-@dataclass(frozen=True)
 class FrameSignals:
-    """What one analysis frame contributes, computed without any other frame (any thread)."""
+    """What one analysis frame contributes, computed without any other frame (any thread).
 
-    grey: np.ndarray  # the analysis frame in grey (uint8)
-    thumb: np.ndarray  # the ~64-pixel colour thumbnail (float32)
-    hist: np.ndarray  # its normalised 8x8x8 colour histogram
-    std: float  # the thumbnail's grey standard deviation
-    mean: float  # and its mean
+    The colour histogram is made only when a decision asks for it (:attr:`hist`): most frames'
+    decisions never read it.
+    """
+
+    __slots__ = ("grey", "thumb8", "std", "mean", "_hist")
+
+    def __init__(self, grey: np.ndarray, thumb8: np.ndarray, std: float, mean: float) -> None:
+        self.grey = grey  # the analysis frame in grey (uint8)
+        self.thumb8 = thumb8  # the ~64-pixel colour thumbnail (uint8)
+        self.std = std  # the thumbnail's grey standard deviation
+        self.mean = mean  # and its mean
+        self._hist: np.ndarray | None = None
 
     @classmethod
     def of(cls, grey: np.ndarray, thumb: np.ndarray, thumb_grey: np.ndarray) -> FrameSignals:
         """The signals of a grey analysis frame, its BGR thumbnail (uint8) and that in grey."""
-        hist = cv2.calcHist([thumb], [0, 1, 2], None, [8, 8, 8], [0, 256, 0, 256, 0, 256]).ravel()
-        hist /= max(1.0, float(hist.sum()))
         mean, std = cv2.meanStdDev(thumb_grey)
-        return cls(grey, thumb.astype(np.float32), hist, float(std[0, 0]), float(mean[0, 0]))
+        return cls(grey, thumb, float(std[0, 0]), float(mean[0, 0]))
+
+    @property
+    def thumb(self) -> np.ndarray:
+        """The thumbnail in float32 (what a transition's verification computes with)."""
+        return self.thumb8.astype(np.float32)
+
+    @property
+    def hist(self) -> np.ndarray:
+        """The thumbnail's normalised 8x8x8 colour histogram (made once, on first use)."""
+        hist = self._hist
+        if hist is None:
+            hist = cv2.calcHist([self.thumb8], [0, 1, 2], None, [8, 8, 8], [0, 256, 0, 256, 0, 256]).ravel()
+            hist /= max(1.0, float(hist.sum()))
+            self._hist = hist
+        return hist
 
 
 def frame_signals(small_bgr: np.ndarray, grey: np.ndarray) -> FrameSignals:
@@ -163,10 +183,20 @@ class _Candidate:
 
 
 def _mad(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean absolute difference of two thumbnails (0-255); frames of another size are all change."""
+    """Mean absolute difference of two thumbnails (0-255); frames of another size are all change.
+
+    The same sum for uint8 and float32 thumbnails: whole numbers, summed exactly."""
     if a.shape != b.shape:
         return 255.0
     return float(cv2.norm(a, b, cv2.NORM_L1)) / a.size
+
+
+def _median(values: Sequence[float]) -> float:
+    """``statistics.median`` (the same values, the same mean of the middle pair), without its checks."""
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = n // 2
+    return ordered[middle] if n % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _phash(grey: np.ndarray) -> int:
@@ -198,16 +228,16 @@ class CombinedDetector:
     def __init__(self, max_transition: int = MAX_TRANSITION) -> None:
         self.max_transition = max_transition
         self.settled = 0
-        # Per frame, 8 bytes each (a 3-hour video at 30 fps: 10 MB for the four).
+        # Per frame, 8 bytes each (a 3-hour video at 30 fps: 13 MB for the five). ``pix`` and ``hist``
+        # are measured only when a decision reads them (NaN until then): most frames' never do.
         self._mad = array("d")
         self._pix = array("d")
         self._hist = array("d")
         self._std = array("d")
         self._mean = array("d")
-        self._thumbs: dict[int, np.ndarray] = {}
-        self._greys: dict[int, np.ndarray] = {}
-        self._last_grey: np.ndarray | None = None
-        self._last_hist: np.ndarray | None = None
+        self._frames: dict[int, FrameSignals] = {}  # the recent frames' signals (see _forget)
+        self._oldest = 0  # the oldest frame _frames may still hold
+        self._last: FrameSignals | None = None
         self._out: deque[Boundary] = deque()
         self._stepped = 0  # frames whose decision has been made
         self._last_cut = 0  # where the current segment's level starts (frame 0 opens the first)
@@ -220,26 +250,36 @@ class CombinedDetector:
         if index != self._count:
             raise ValueError("frames must be pushed in order, each once")
         self._count += 1
-        grey = signals.grey
-        if self._last_grey is None or self._last_grey.shape != grey.shape:
+        last = self._last
+        if last is None or last.grey.shape != signals.grey.shape:
             self._mad.append(0.0)
             self._pix.append(0.0)
             self._hist.append(0.0)
         else:
-            previous = self._thumbs[index - 1]
-            self._mad.append(_mad(signals.thumb, previous))
-            moved = cv2.absdiff(grey, self._last_grey)
-            self._pix.append(cv2.countNonZero(cv2.threshold(moved, PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1])
-                             / moved.size)
-            assert self._last_hist is not None
-            self._hist.append(0.5 * cv2.norm(signals.hist, self._last_hist, cv2.NORM_L1))
+            self._mad.append(_mad(signals.thumb8, last.thumb8))
+            self._pix.append(_UNSET)
+            self._hist.append(_UNSET)
         self._std.append(signals.std)
         self._mean.append(signals.mean)
-        self._thumbs[index] = signals.thumb
-        self._greys[index] = grey
-        self._last_grey, self._last_hist = grey, signals.hist
+        self._frames[index] = self._last = signals
         while self._stepped <= index - LOOKAHEAD:
             self._step(self._stepped)
+
+    def _pix_at(self, k: int) -> float:
+        """The share of pixels whose grey moved by more than PIXEL_DELTA from frame ``k - 1`` to ``k``."""
+        value = self._pix[k]
+        if value != value:  # NaN: not measured yet
+            moved = cv2.absdiff(self._frames[k].grey, self._frames[k - 1].grey)
+            value = cv2.countNonZero(cv2.threshold(moved, PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1]) / moved.size
+            self._pix[k] = value
+        return value
+
+    def _hist_at(self, k: int) -> float:
+        """The total-variation distance of the colour histograms of frames ``k - 1`` and ``k``."""
+        value = self._hist[k]
+        if value != value:
+            value = self._hist[k] = 0.5 * cv2.norm(self._frames[k].hist, self._frames[k - 1].hist, cv2.NORM_L1)
+        return value
 
     def finish(self) -> None:
         """Decide the last frames (with what follows them, however little) and any open candidate."""
@@ -257,6 +297,8 @@ class CombinedDetector:
         self.settled = self._count
 
     def take(self) -> list[Boundary]:
+        if not self._out:
+            return []
         out = list(self._out)
         self._out.clear()
         return out
@@ -266,44 +308,44 @@ class CombinedDetector:
     def _is_cut(self, t: int) -> bool:
         if t == 0:
             return False
-        mad = self._mad[t]
-        if mad < CUT_MIN_MAD and self._pix[t] < PIX_MIN:
+        mads, count = self._mad, self._count
+        mad = mads[t]
+        if mad < CUT_MIN_MAD and self._pix_at(t) < PIX_MIN:
             return False
-        near = [k for k in (t - 2, t - 1, t + 1, t + 2) if 1 <= k < self._count]
-
-        def ratio(values: array[float], floor: float) -> float:
-            return values[t] / (max((values[k] for k in near), default=0.0) + floor)
-
-        content = ratio(self._mad, CUT_FLOOR)
-        if content < CUT_RATIO and t + 1 < self._count and self._mad[t + 1] >= mad / CUT_RATIO:
+        near = [k for k in (t - 2, t - 1, t + 1, t + 2) if 1 <= k < count]
+        content = mad / (max([mads[k] for k in near], default=0.0) + CUT_FLOOR)
+        if content < CUT_RATIO and t + 1 < count and mads[t + 1] >= mad / CUT_RATIO:
             # Two big steps in a row (the new shot's first frame unlike its second): the frames either
             # side of the pair set the level, and the cut is the first step.
-            outer = [k for k in (t - 2, t - 1, t + 2, t + 3) if 1 <= k < self._count]
-            content = mad / (max((self._mad[k] for k in outer), default=0.0) + CUT_FLOOR)
+            outer = [k for k in (t - 2, t - 1, t + 2, t + 3) if 1 <= k < count]
+            content = mad / (max([mads[k] for k in outer], default=0.0) + CUT_FLOOR)
         step = mad >= CUT_MIN_MAD and content >= CUT_RATIO
         if not step and content >= CUT_WEAK_RATIO:
-            step = (self._hist[t] >= HIST_MIN and ratio(self._hist, HIST_FLOOR) >= HIST_RATIO) or (
-                self._pix[t] >= PIX_MIN and ratio(self._pix, PIX_FLOOR) >= PIX_RATIO)
+            hist, pix = self._hist_at, self._pix_at
+            step = (hist(t) >= HIST_MIN and hist(t) / (max([hist(k) for k in near], default=0.0) + HIST_FLOOR)
+                    >= HIST_RATIO) or (
+                pix(t) >= PIX_MIN and pix(t) / (max([pix(k) for k in near], default=0.0) + PIX_FLOOR) >= PIX_RATIO)
         if not step:
             return False
         # Persistent: the picture after the step never returns to the one before it, nor does the
         # one before it resemble what follows (the end of a flash).
         need = PERSIST * mad
-        before, after = self._thumbs[t - 1], self._thumbs[t]
+        frames = self._frames
+        before, after = frames[t - 1].thumb8, frames[t].thumb8
         for j in range(1, LOOKAHEAD + 1):
-            if t + j < self._count and _mad(before, self._thumbs[t + j]) < need:
+            if t + j < count and _mad(before, frames[t + j].thumb8) < need:
                 return False
-            if t - 1 - j >= 0 and (t - 1 - j) in self._thumbs and _mad(self._thumbs[t - 1 - j], after) < need:
+            if t - 1 - j >= 0 and (t - 1 - j) in frames and _mad(frames[t - 1 - j].thumb8, after) < need:
                 return False
         if mad >= STRONG_MAD:
             return True
         # A small step must move some pixels far (a codec's refresh shifts every pixel a little) and
         # show in the picture's structure.
-        return (self._pix[t] >= PIX_MIN or mad >= WEAK_MAD) and self._structure_votes(t) >= WEAK_VOTES
+        return (self._pix_at(t) >= PIX_MIN or mad >= WEAK_MAD) and self._structure_votes(t) >= WEAK_VOTES
 
     def _structure_votes(self, t: int) -> int:
         """How many of pHash, grey histogram and edges see a change between frames ``t - 1`` and ``t``."""
-        a, b = self._greys[t - 1], self._greys[t]
+        a, b = self._frames[t - 1].grey, self._frames[t].grey
         if a.shape != b.shape:
             return WEAK_VOTES
         bits = (_phash(a) ^ _phash(b)).bit_count()
@@ -341,7 +383,7 @@ class CombinedDetector:
         first = max(self._last_cut + 1, t - BASELINE_FRAMES)
         if t - first < 3:
             return None
-        return statistics.median(self._mad[first:t])
+        return _median(self._mad[first:t])
 
     def _advance(self, candidate: _Candidate, t: int, cut: bool) -> None:
         if cut:
@@ -369,12 +411,12 @@ class CombinedDetector:
         elif candidate.mono_first is not None or self._uniform(candidate.start - 1):
             # Fading in: over where the contrast stops rising.
             ahead = self._std[t + 1 : t + 1 + 5]
-            if not ahead or self._std[t] >= PLATEAU * statistics.median(ahead):
+            if not ahead or self._std[t] >= PLATEAU * _median(ahead):
                 self._candidate = None
                 self._close(candidate, t - 1)
                 return
         else:
-            level = statistics.median(self._mad[candidate.start : t]) if t > candidate.start else self._mad[t]
+            level = _median(self._mad[candidate.start : t]) if t > candidate.start else self._mad[t]
             stay = max(STAY_ABS, STAY_SHARE * level)
             if self._mad[t] < stay and (t + 1 >= self._count or self._mad[t + 1] < stay):
                 # The last raised step (at t - 1) is the one into the next shot's first frame.
@@ -402,12 +444,13 @@ class CombinedDetector:
         first = candidate.start
         if last - first + 1 < MIN_TRANSITION or first < 1 or last + 1 >= self._count:
             return None
-        a, b = self._thumbs[first - 1], self._thumbs[last + 1]
-        if any(self._thumbs[k].shape != a.shape for k in range(first - 1, last + 2)):
+        frames = self._frames
+        a, b = frames[first - 1].thumb, frames[last + 1].thumb
+        if any(frames[k].thumb8.shape != a.shape for k in range(first - 1, last + 2)):
             return None  # the frame size changed: not a transition
         change = _mad(a, b)
         if candidate.mono_first is not None:
-            mono = self._thumbs[candidate.mono_first]
+            mono = frames[candidate.mono_first].thumb
             depth = max(_mad(a, mono), _mad(b, mono))
             grey_a, grey_b = (cv2.cvtColor(x.astype(np.uint8), cv2.COLOR_BGR2GRAY) for x in (a, b))
             if change < SAME_SHOT * depth or (_phash(grey_a) ^ _phash(grey_b)).bit_count() <= SAME_HASH_BITS:
@@ -424,7 +467,7 @@ class CombinedDetector:
         span = b - a
         norm = float(np.vdot(span, span)) or 1.0
         for k in picks:
-            frame = self._thumbs[k]
+            frame = frames[k].thumb
             alpha = min(1.0, max(0.0, float(np.vdot(frame - a, span)) / norm))
             dissolve += _mad(frame, a + alpha * span)
             wipe += float(np.minimum(np.abs(frame - a).sum(axis=2), np.abs(frame - b).sum(axis=2)).mean()) / 3
@@ -444,12 +487,15 @@ class CombinedDetector:
         """Not a transition: its frames stay in the current shot (the machine goes on after them)."""
 
     def _forget(self) -> None:
-        # Both maps hold consecutive frames (pushed in order), so the oldest go first.
+        # The map holds consecutive frames (pushed in order), so the oldest go first. What stays
+        # covers every frame a decision reads: the persistence test's LOOKAHEAD frames before a
+        # step, the frames before the next steps (``pix`` and ``hist`` of t - 2, measured lazily,
+        # read frame t - 3), and an open candidate's frames.
         keep = self._stepped - LOOKAHEAD - 2
         if self._candidate is not None:
             keep = min(keep, self._candidate.start - 1)
-        thumbs, greys = self._thumbs, self._greys
-        while thumbs and next(iter(thumbs)) < keep:
-            del thumbs[next(iter(thumbs))]
-        while greys and next(iter(greys)) < self._stepped - 2:
-            del greys[next(iter(greys))]
+        frames, oldest = self._frames, self._oldest
+        while oldest < keep:
+            frames.pop(oldest, None)
+            oldest += 1
+        self._oldest = oldest

@@ -320,13 +320,14 @@ def extract_keyframes(
         pending: deque[tuple[int, int, float, Any]] = deque()
         total = probe.declared_frames
 
+        push, take, cut, add = detector.push, detector.take, shots.cut, shots.add  # bound once: per frame
         for index, pts, frame, (sharp, prepared) in reader.frames(prepare=detector.prepare):
-            detector.push(index, prepared)
-            for boundary in detector.take():
-                shots.cut(boundary)
+            push(index, prepared)
+            for boundary in take():
+                cut(boundary)
             pending.append((index, pts, sharp, frame))
             while pending and pending[0][0] < detector.settled:
-                shots.add(*pending.popleft())
+                add(*pending.popleft())
             if progress is not None and index % _PROGRESS_EVERY == 0:
                 progress(index, total)
         detector.finish()

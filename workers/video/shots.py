@@ -178,12 +178,11 @@ _BT601 = (0.299, 0.114)
 _PLANAR = frozenset({"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "yuv440p", "yuvj440p"})
 
 
-def _limited_to_full() -> np.ndarray:
-    """Studio-range luma (16-235) stretched to 0-255, as a lookup table (rounded, clipped)."""
-    return np.clip(np.round((np.arange(256) - 16) * (255 / 219)), 0, 255).astype(np.uint8)
-
-
-_LIMITED_LUT = _limited_to_full()
+# Studio-range luma (16-235) stretched to 0-255 (rounded, clipped) as one saturating multiply-add
+# (``cv2.addWeighted``): for each of the 256 levels the same value as the lookup table
+# ``clip(round((y - 16) * 255 / 219))`` (the exact value is never a half, so both round alike),
+# at a bit less cost than ``cv2.LUT``.
+_STRETCH, _STRETCH_OFFSET = 255 / 219, -16 * 255 / 219
 
 
 def _yuv_to_bgr(colorspace: int, full_range: bool) -> np.ndarray:
@@ -230,21 +229,23 @@ class SignalFrames:
         name = frame.format.name
         if name not in _PLANAR:
             return self._converted(frame)
-        planes = frame.planes
+        y, u, v = frame.planes
         full = name.startswith("yuvj") or frame.color_range == 2
-        luma = cv2.resize(_plane_pixels(planes[0]), self.size, interpolation=cv2.INTER_LINEAR)
-        cb = cv2.resize(_plane_pixels(planes[1]), self._chroma, interpolation=cv2.INTER_LINEAR)
-        cr = cv2.resize(_plane_pixels(planes[2]), self._chroma, interpolation=cv2.INTER_LINEAR)
-        grey = luma if full else cv2.LUT(luma, _LIMITED_LUT)
+        chroma = self._chroma
+        luma = cv2.resize(_plane_pixels(y), self.size, interpolation=cv2.INTER_LINEAR)
+        cb = cv2.resize(_plane_pixels(u), chroma, interpolation=cv2.INTER_LINEAR)
+        cr = cv2.resize(_plane_pixels(v), chroma, interpolation=cv2.INTER_LINEAR)
+        grey = luma if full else cv2.addWeighted(luma, _STRETCH, luma, 0.0, _STRETCH_OFFSET)
         key = (frame.colorspace, full)
         matrix = self._matrices.get(key)
         if matrix is None:
             matrix = self._matrices[key] = _yuv_to_bgr(*key)
         thumb_grey = _halve_to(grey, self.thumb)
-        if self._chroma != self.thumb:
+        if chroma != self.thumb:
             cb, cr = _halve_to(cb, self.thumb), _halve_to(cr, self.thumb)
         thumb = cv2.transform(cv2.merge((thumb_grey, cb, cr)), matrix)
-        return grey_sharpness(grey), FrameSignals.of(grey, thumb, thumb_grey)
+        mean, std = cv2.meanStdDev(thumb_grey)
+        return grey_sharpness(grey), FrameSignals(grey, thumb, float(std[0, 0]), float(mean[0, 0]))
 
     def _converted(self, frame: Any) -> tuple[float, FrameSignals]:
         """Another pixel format: swscale's BGR at the analysis size, and its luma under the frame's
@@ -396,22 +397,15 @@ class _CombinedSegmenter:
     def __init__(self, detector: CombinedDetector, frames: SignalFrames) -> None:
         self.detector = detector
         self.frames = frames
+        # The detector's own methods, bound once (each runs once a frame).
+        self.prepare = frames.signals
+        self.push = detector.push
+        self.finish = detector.finish
+        self.take = detector.take
 
     @property
     def settled(self) -> int:
         return self.detector.settled
-
-    def prepare(self, frame: Any) -> tuple[float, Any]:
-        return self.frames.signals(frame)
-
-    def push(self, index: int, prepared: Any) -> None:
-        self.detector.push(index, prepared)
-
-    def finish(self) -> None:
-        self.detector.finish()
-
-    def take(self) -> list[Boundary]:
-        return self.detector.take()
 
 
 def build_segmenter(options: VideoOptions, width: int, height: int, rate: Fraction) -> tuple[Segmenter, DetectorSpec]:
