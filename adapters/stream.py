@@ -16,17 +16,22 @@ the whole text in memory beside the bundle (and makes a reader parse it whole). 
 
 :func:`bundle_lines` and :func:`write_bundle_lines` serialise one record at a time;
 :func:`read_bundle_lines` validates a stream back into the :class:`EvidenceBundle` it came from.
+The record writers (:func:`head_line`, :func:`node_line`, :func:`edge_line`, :func:`prov_line`,
+:func:`end_line`) are the one place each record's form is spelled, for a writer that makes the
+bundle as it goes (a long PDF in-process: :mod:`mediafleet.workers.pdf.stream`) rather than from a
+bundle held whole.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, Any
 
 from mediafleet.contract.bundle import BUNDLE_FORMAT, EvidenceBundle
 
-__all__ = ["BUNDLE_STREAM_FORMAT", "bundle_lines", "read_bundle_lines", "write_bundle_lines"]
+__all__ = ["BUNDLE_STREAM_FORMAT", "bundle_lines", "edge_line", "end_line", "head_line", "node_line", "prov_line",
+           "read_bundle_lines", "write_bundle_lines"]
 
 BUNDLE_STREAM_FORMAT = f"{BUNDLE_FORMAT}+jsonl"
 
@@ -37,19 +42,44 @@ def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
+def head_line(bundle: EvidenceBundle) -> str:
+    """The head record of ``bundle``'s stream (its nodes, edges and PROV are not read)."""
+    head = bundle.model_dump(mode="json", include=set(_HEAD))
+    return _line({"record": "bundle", "format": BUNDLE_STREAM_FORMAT, **{k: head[k] for k in _HEAD}})
+
+
+def node_line(node: Mapping[str, Any]) -> str:
+    """A node record: ``node`` is the node's JSON form (``Node.model_dump(mode="json")``)."""
+    return _line({"record": "node", **node})
+
+
+def edge_line(edge: Mapping[str, Any]) -> str:
+    """An edge record: ``edge`` is the edge's JSON form."""
+    return _line({"record": "edge", **edge})
+
+
+def prov_line(entry: Any) -> str:
+    """A record of one entry of the PROV-O ``@graph``."""
+    return _line({"record": "prov", "entry": entry})
+
+
+def end_line(nodes: int, edges: int, prov_entries: int, prov_context: Any) -> str:
+    """The end record: the counts of the records before it, and the JSON-LD ``@context``."""
+    return _line({"record": "end", "nodes": nodes, "edges": edges, "prov_entries": prov_entries,
+                  "prov_context": prov_context})
+
+
 def bundle_lines(bundle: EvidenceBundle) -> Iterator[str]:
     """The stream form of ``bundle``, one newline-terminated JSON record at a time."""
-    head = bundle.model_dump(mode="json", include=set(_HEAD))
-    yield _line({"record": "bundle", "format": BUNDLE_STREAM_FORMAT, **{k: head[k] for k in _HEAD}})
+    yield head_line(bundle)
     for node in bundle.nodes:
-        yield _line({"record": "node", **node.model_dump(mode="json")})
+        yield node_line(node.model_dump(mode="json"))
     for edge in bundle.edges:
-        yield _line({"record": "edge", **edge.model_dump(mode="json")})
+        yield edge_line(edge.model_dump(mode="json"))
     graph = bundle.prov.get("@graph", [])
     for entry in graph:
-        yield _line({"record": "prov", "entry": entry})
-    yield _line({"record": "end", "nodes": len(bundle.nodes), "edges": len(bundle.edges),
-                 "prov_entries": len(graph), "prov_context": bundle.prov.get("@context", {})})
+        yield prov_line(entry)
+    yield end_line(len(bundle.nodes), len(bundle.edges), len(graph), bundle.prov.get("@context", {}))
 
 
 def write_bundle_lines(bundle: EvidenceBundle, out: IO[str]) -> int:

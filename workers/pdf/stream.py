@@ -1,0 +1,502 @@
+"""A long PDF's evidence bundle written as JSON Lines range by range, in-process, never held whole.
+
+One run holds the whole result and then the whole bundle until it is written: about 0.2 MB a page
+of 40 lines. Here the document is read in ranges of pages (the extractor's ``page_span``, as the
+fleet's split reads it: each range through :func:`mediafleet.workers.runner.run_request`, so every
+check and every failure is the runner's own), and each range's loci become Evidence node lines as
+soon as it is read. What the rest of the bundle needs of the whole run is carried as running values
+only: the locus count, the document text's length so far (a CharacterRange indexes the whole
+document's text), the OCR confidences (the claim's mean, summed in order as one run sums them), the
+checks every range passed, the producer (the OCR engine's when any range OCR'd a page), the first
+range's start and the last one's end, and for the printed summary the page, OCR and line counts
+and the first words. The stream (:mod:`mediafleet.adapters.stream`) is byte for byte
+``write_bundle_lines`` of the bundle one run gives:
+
+* the head and the artifact's nodes come first; each range's Evidence nodes follow as it is read;
+* then the claim and the activity, then the edges and the PROV entries: each locus's are a function
+  of its id alone, so they are made at the end from the derivation and the count, not held;
+* the claim, the activity, the artifact's nodes, the fixed edges and PROV entries and the forms of
+  the per-locus ones are taken from :func:`mediafleet.adapters.bundle.build_bundle` itself, run on
+  a one-page stand-in with the run's producer, checks and times (its counts set to the run's), so
+  this module spells none of them; the Evidence node is the one form written out here, checked
+  against ``build_bundle``'s on the stand-in's three loci before anything is written.
+
+The locus ids hash the derivation, which names the producer's options: a page OCR'd in a later
+range adds the OCR engine's thread count to them. When that happens after the first ranges were
+written without it, the stream starts again with the engine's producer (the earlier ranges, read
+from the text layer, are read again; nothing else is).
+
+The bundle is written to a temporary name in the target's folder and renamed when complete; a
+range that fails gives the bundle one run gives for that failure (its error, the job's id), written
+the same way; an exception out of here (an interrupt, a disk that cannot take the file) leaves no
+file behind. The Turtle, when asked for, is written the same way from the same running values.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from mediafleet.adapters.bundle import build_bundle, with_claims
+from mediafleet.adapters.drafts import address_json
+from mediafleet.adapters.ids import LOCUS_PREFIX, locus_refs
+from mediafleet.adapters.loci import to_loci
+from mediafleet.adapters.prov import turtle_lines
+from mediafleet.adapters.stream import edge_line, end_line, head_line, node_line, prov_line, write_bundle_lines
+from mediafleet.blobstore import BlobStore
+from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
+from mediafleet.contract.common import Producer
+from mediafleet.contract.errors import PublicError
+from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
+from mediafleet.contract.manifest import Capability, Manifest, Modality
+from mediafleet.contract.pdf import PdfPage, PdfResult
+from mediafleet.report.text import summary_lines
+from mediafleet.workers.pdf.split import page_count, ranges
+from mediafleet.workers.registry import for_modality
+from mediafleet.workers.runner import run_request
+from mediafleet.workers.spec import ProgressFn
+
+__all__ = ["RANGE_PAGES", "Written", "streams", "write_pdf_bundle"]
+
+RANGE_PAGES = 128
+"""Pages read at a time. Each range re-opens the document (MuPDF parses its cross-reference table
+and page tree again: tens of milliseconds for a long PDF), so ranges much shorter than this cost
+time; a range's result is about 0.1 MB a page of 40 lines while it is turned into lines."""
+
+_WORDS_KEPT = 200  # words of the document's first texts kept for the summary (it prints the first 14)
+
+
+def streams(capability: Capability) -> bool:
+    """Whether ``capability``'s bundle can be written by :func:`write_pdf_bundle`: a PDF
+    capability that the manifest in force lets run in page ranges."""
+    return capability.modality == Modality.PDF and any(p.split is not None for p in capability.parts.values())
+
+
+@dataclass
+class Written:
+    """What :func:`write_pdf_bundle` wrote: the bundle's status and error, and its summary."""
+
+    status: str
+    error: PublicError | None
+    _summary: Callable[[str], list[str]] = field(repr=False)
+
+    def summary_lines(self, name: str) -> list[str]:
+        """What ``mediafleet extract`` prints for the bundle (:func:`mediafleet.report.text.summary_lines`)."""
+        return self._summary(name)
+
+
+class _HashedOnce:
+    """The blob store, with the artifact's digest recomputed once for the whole run rather than
+    once per range: the first ``verified_path`` is the store's own (its checks, its errors) and is
+    held open until the run ends; later ones give the same path."""
+
+    def __init__(self, store: BlobStore, stack: ExitStack) -> None:
+        self._store, self._stack, self._paths = store, stack, {}
+
+    @contextmanager
+    def verified_path(self, digest: str) -> Iterator[Path]:
+        if digest not in self._paths:
+            self._paths[digest] = self._stack.enter_context(self._store.verified_path(digest))
+        yield self._paths[digest]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _stand_in(producer: Producer, page_total: int) -> PdfResult:
+    """A one-page result with one locus of each kind a page gives (its region, its text, a line)."""
+    page = PdfPage.model_validate({
+        "page": 1, "width": 10.0, "height": 10.0, "text": "x", "path": "ocr", "ocr_reason": "no_text",
+        "confidence": 0.5, "boxes": [{"x": 1.0, "y": 1.0, "width": 2.0, "height": 2.0, "text": "x", "confidence": 0.5}],
+    })
+    return PdfResult(page_count=page_total, pages=[page], producer=producer)
+
+
+class _Forms:
+    """What the bundle of a run with this producer, checks and times looks like around its loci:
+    ``build_bundle`` (and the caller's claims) on the stand-in, cut into what comes before the
+    Evidence nodes, the per-locus forms, and what comes after."""
+
+    def __init__(self, outcome: Outcome, capability: Capability, claims: CallerClaims | None) -> None:
+        stand_in = outcome.model_copy(update={"result": _stand_in(outcome.result.producer, outcome.result.page_count)})  # type: ignore[union-attr]
+        bundle = with_claims(build_bundle(stand_in, capability), claims)
+        if bundle.status != "ok":
+            raise RuntimeError("the stand-in's bundle failed: the streamed bundle cannot follow the one-run form")
+        self.bundle = bundle
+        nodes = [n.model_dump(mode="json") for n in bundle.nodes]
+        at = [i for i, n in enumerate(nodes) if n["node_type"] == "Evidence"]
+        if len(at) != 3 or at != list(range(at[0], at[0] + 3)):
+            raise RuntimeError("the stand-in's Evidence nodes are not three in a row")
+        self.before, self.evidence, self.after = nodes[:at[0]], nodes[at[0]:at[-1] + 1], nodes[at[-1] + 1:]
+        first = self.evidence[0]["properties"]["evidence_locus"]
+        self.derivation, self.policy, self.subject = first["derivation_ref"], first["policy_ref"], first["subject"]
+        self.occurrence_id, self.blob_ref = self.evidence[0]["properties"]["occurrence_id"], self.evidence[0]["properties"]["blob_ref"]
+        self.locus_ids = [n["properties"]["evidence_locus"]["id"] for n in self.evidence]
+        if self.locus_ids != locus_refs(self.derivation, 3):
+            raise RuntimeError("the stand-in's locus ids are not locus_refs of its derivation")
+        evidence_ids = [n["id"] for n in self.evidence]
+        if evidence_ids != [_evidence_id(i) for i in self.locus_ids]:
+            raise RuntimeError("the stand-in's Evidence ids are not its locus ids' tokens")
+        for node, draft in zip(self.evidence, to_loci(stand_in.result, outcome.artifact.digest), strict=True):
+            mine = self.node(node["properties"]["evidence_locus"]["id"], draft, 0)
+            if list(_walk(mine)) != list(_walk(node)):
+                raise RuntimeError("build_bundle's Evidence node has a form this module does not write")
+        edges = [e.model_dump(mode="json") for e in bundle.edges]
+        mine_edges = [i for i, e in enumerate(edges) if e["source"] in evidence_ids]
+        per = len(mine_edges) // 3
+        if not per or mine_edges != list(range(mine_edges[0], mine_edges[0] + 3 * per)):
+            raise RuntimeError("the stand-in's per-locus edges are not in a row")
+        self.edges_before, self.edges_after = edges[:mine_edges[0]], edges[mine_edges[-1] + 1:]
+        self.edge_forms = edges[mine_edges[0]:mine_edges[0] + per]
+        graph = bundle.prov["@graph"]
+        mine_prov = [i for i, e in enumerate(graph) if e.get("@id") in self.locus_ids]
+        if len(mine_prov) != 3 or mine_prov != list(range(mine_prov[0], mine_prov[0] + 3)):
+            raise RuntimeError("the stand-in's per-locus PROV entries are not three in a row")
+        self.prov_before, self.prov_form, self.prov_after = graph[:mine_prov[0]], graph[mine_prov[0]], graph[mine_prov[-1] + 1:]
+        self.context = bundle.prov["@context"]
+
+    def node(self, locus_id: str, draft: Any, text_base: int) -> dict[str, Any]:
+        """The Evidence node of ``draft`` (a CharacterRange moved on by ``text_base``), as
+        ``build_bundle`` makes it, in its JSON form."""
+        address = address_json(draft.address)
+        if text_base and address["kind"] == "character_range":
+            address["start"] += text_base
+            address["end"] += text_base
+        props: dict[str, Any] = {
+            "evidence_locus": {"id": locus_id, "subject": self.subject, "address": address,
+                               "policy_ref": self.policy, "derivation_ref": self.derivation},
+            "occurrence_id": self.occurrence_id,
+            "blob_ref": self.blob_ref,
+            "locus_kind": address["kind"],
+            **draft.properties,
+        }
+        if draft.text is not None:
+            props["text"] = draft.text
+        if draft.confidence is not None:
+            props["confidence"] = draft.confidence
+        return {"id": _evidence_id(locus_id), "node_type": "Evidence", "properties": props}
+
+    def counted(self, loci: int, confidence: float) -> None:
+        """Set the stand-in's counts to the run's (its claim, its activity node and PROV entry)."""
+        for node in self.after:
+            props = node["properties"]
+            if node["node_type"] == "Claim":
+                props["locus_count"], props["confidence"] = loci, confidence
+            elif node["node_type"] == "ProvenanceActivity":
+                props["locusCount"] = loci
+        for entry in self.prov_before:
+            if "mf:locusCount" in entry:
+                entry["mf:locusCount"] = loci
+
+    def edges(self, locus_id: str) -> Iterator[dict[str, Any]]:
+        stand_in, evidence_id = _evidence_id(self.locus_ids[0]), _evidence_id(locus_id)
+        for form in self.edge_forms:
+            yield {k: evidence_id if v == stand_in else v for k, v in form.items()}
+
+    def prov(self, locus_id: str) -> dict[str, Any]:
+        return {k: locus_id if v == self.locus_ids[0] else v for k, v in self.prov_form.items()}
+
+
+def _evidence_id(locus_id: str) -> str:
+    return "evidence:" + locus_id[len(LOCUS_PREFIX):]
+
+
+def _walk(value: Any) -> Iterator[Any]:
+    """Keys in order and values, nested: two values with the same walk serialise alike."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _walk(v)
+    else:
+        yield type(value).__name__, value
+
+
+class _Run:
+    """The running values of one streamed run."""
+
+    def __init__(self) -> None:
+        self.loci = 0
+        self.text_base = 0
+        self.confidences = array("d")
+        self.checks: dict[str, bool] = {}
+        self.pages = {"text_layer": 0, "ocr": 0}
+        self.lines = 0
+        self.texts: list[str] = []
+        self.words = 0
+
+    def range_read(self, outcome: Outcome) -> None:
+        for name, ok in outcome.checks.items():
+            self.checks[name] = self.checks.get(name, True) and ok
+
+
+def write_pdf_bundle(
+    request: ExtractRequest,
+    capability: Capability,
+    manifest: Manifest,
+    store: BlobStore,
+    lines_to: Path,
+    *,
+    turtle_to: Path | None = None,
+    claims: CallerClaims | None = None,
+    progress: ProgressFn | None = None,
+    clock: Callable[[], datetime] | None = None,
+    range_pages: int = RANGE_PAGES,
+) -> Written:
+    """Run ``request`` (an ``ocr_pdf`` job, :func:`streams`) here and write its bundle as JSON Lines
+    to ``lines_to`` (and its PROV as Turtle to ``turtle_to``) as it is made.
+
+    The file is exactly ``write_bundle_lines`` of the bundle one run gives, with ``claims``
+    recorded as :func:`mediafleet.adapters.bundle.with_claims` records them.
+
+    Args:
+        request: the admitted request (no span, no part): the whole document.
+        capability: its capability in the manifest in force, which must split it (:func:`streams`).
+        manifest: the manifest in force.
+        store: the blob store holding the artifact (its digest is recomputed once).
+        lines_to: the bundle's file; written under a temporary name in its folder, renamed when done.
+        turtle_to: where to write the PROV as Turtle, the same way (None: not written).
+        claims: the caller's claims for this call, recorded on the bundle.
+        progress: called with (pages done, pages) as ranges are read.
+        clock: the runner's clock (None: its own).
+        range_pages: pages read at a time.
+
+    Returns:
+        The bundle's status and error, and its summary.
+
+    Raises:
+        OSError: a file could not be written (nothing is left under either name).
+    """
+    timing = {} if clock is None else {"clock": clock}
+    with ExitStack() as stack:
+        once = _HashedOnce(store, stack)
+        total = None
+        try:
+            with once.verified_path(request.artifact.digest) as path:
+                total = page_count(path)
+        except Exception:  # noqa: BLE001 - the runner says what is wrong, as for one run
+            total = None
+        if total is None or total == 0:
+            outcome = run_request(request, manifest=manifest, store=store, device=request.device, progress=progress,
+                                  **timing)
+            return _whole(with_claims(build_bundle(outcome, capability), claims), lines_to, turtle_to)
+        spans = ranges(total, range_pages)
+        pinned: Producer | None = None
+        while True:
+            with _Temp(lines_to) as out:
+                done = _stream(request, capability, manifest, once, spans, total, pinned, claims, out,
+                               progress, timing)
+                if isinstance(done, Producer):  # OCR met after ranges written without it: again
+                    pinned = done
+                    continue
+                if isinstance(done, EvidenceBundle):  # a range failed: the one-run failure's bundle
+                    return _whole(done, lines_to, turtle_to)
+                forms, run = done
+                if turtle_to is not None:
+                    with _Temp(turtle_to) as ttl:
+                        for line in turtle_lines({"@context": forms.context, "@graph": _graph(forms, run)}):
+                            ttl.file.write(line)
+                        ttl.keep()
+                out.keep()
+            return Written("ok", None, lambda name: _summary(name, forms, run))
+
+
+def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest, store: Any, spans: list[Span],
+            total: int, pinned: Producer | None, claims: CallerClaims | None, out: _Temp,
+            progress: ProgressFn | None, timing: dict[str, Any]) -> Producer | EvidenceBundle | tuple[_Forms, _Run]:
+    run = _Run()
+    forms: _Forms | None = None
+    producer = pinned
+    started = ended = None
+    write = out.file.write
+    for span in spans:
+        shown = _shifted(progress, span.first - 1, total)
+        outcome = run_request(request.model_copy(update={"span": span}), manifest=manifest, store=store,
+                              device=request.device, progress=shown, **timing)
+        started = started or outcome.started_at
+        if outcome.status != "ok" or not isinstance(outcome.result, PdfResult):
+            failed = outcome.model_copy(update={"started_at": started})
+            return with_claims(build_bundle(failed, capability), claims)
+        ended = outcome.ended_at
+        result: PdfResult = outcome.result
+        if producer is None:
+            producer = result.producer
+        elif result.producer.models and not producer.models:
+            if forms is not None and _Forms(_joined(outcome, result.producer, started), capability,
+                                            claims).derivation != forms.derivation:
+                return result.producer
+            producer = result.producer
+        if forms is None:
+            forms = _Forms(_joined(outcome, producer, started), capability, claims)
+            write(head_line(forms.bundle))
+            for node in forms.before:
+                write(node_line(node))
+        run.range_read(outcome)
+        drafts = to_loci(result, outcome.artifact.digest)
+        ids = _locus_ids(forms.derivation, run.loci, len(drafts))
+        base = run.text_base
+        for locus_id, draft in zip(ids, drafts, strict=True):
+            write(node_line(forms.node(locus_id, draft, base)))
+            if draft.confidence is not None:
+                run.confidences.append(draft.confidence)
+        run.loci += len(drafts)
+        _tally(run, result, drafts)
+        del drafts, ids, result, outcome
+    assert forms is not None and started is not None and ended is not None
+    final = Outcome.model_validate({
+        "job_id": request.job_id, "action": request.action, "artifact": request.artifact, "status": "ok",
+        "result": _stand_in(producer, total), "checks": run.checks,  # type: ignore[arg-type]
+        "started_at": started, "ended_at": ended, "device": request.device,
+    })
+    forms = _Forms(final, capability, claims)
+    confidences = list(run.confidences)
+    forms.counted(run.loci, sum(confidences) / len(confidences) if confidences else 1.0)
+    del confidences
+    for node in forms.after:
+        write(node_line(node))
+    for edge in forms.edges_before:
+        write(edge_line(edge))
+    for locus_id in _all_ids(forms.derivation, run.loci):
+        for edge in forms.edges(locus_id):
+            write(edge_line(edge))
+    for edge in forms.edges_after:
+        write(edge_line(edge))
+    entries = 0
+    for entry in _graph(forms, run):
+        write(prov_line(entry))
+        entries += 1
+    nodes = len(forms.before) + run.loci + len(forms.after)
+    edges = len(forms.edges_before) + len(forms.edge_forms) * run.loci + len(forms.edges_after)
+    write(end_line(nodes, edges, entries, forms.context))
+    return forms, run
+
+
+def _joined(outcome: Outcome, producer: Producer, started: datetime) -> Outcome:
+    """A range's outcome standing for the run's so far (for the forms' ids and the head)."""
+    result = outcome.result.model_copy(update={"producer": producer})  # type: ignore[union-attr]
+    return outcome.model_copy(update={"result": result, "started_at": started})
+
+
+def _graph(forms: _Forms, run: _Run) -> Iterator[dict[str, Any]]:
+    yield from forms.prov_before
+    for locus_id in _all_ids(forms.derivation, run.loci):
+        yield forms.prov(locus_id)
+    yield from forms.prov_after
+
+
+_CHUNK = 4096
+
+
+def _locus_ids(derivation: str, first: int, count: int) -> list[str]:
+    """Locus ids ``first`` to ``first + count - 1`` of the derivation (as ``locus_refs`` numbers them)."""
+    if first == 0:
+        return locus_refs(derivation, count)
+    from mediafleet.adapters.ids import locus_ref
+
+    return [locus_ref(derivation, i) for i in range(first, first + count)]
+
+
+def _all_ids(derivation: str, count: int) -> Iterator[str]:
+    for first in range(0, count, _CHUNK):
+        yield from _locus_ids(derivation, first, min(_CHUNK, count - first))
+
+
+def _tally(run: _Run, result: PdfResult, drafts: list[Any]) -> None:
+    for page in result.pages:
+        run.pages[page.path] = run.pages.get(page.path, 0) + 1
+        run.text_base += len(page.text) + 1
+        run.lines += len(page.boxes)
+    if run.words < _WORDS_KEPT:
+        for draft in drafts:
+            if draft.address.kind == "character_range" and run.words < _WORDS_KEPT:
+                run.texts.append(draft.text or "")
+                run.words += len((draft.text or "").split())
+
+
+class _Loci:
+    """The (address, properties) pairs a summary reads, remade from the counts on each pass: the
+    pages by how they were read, one line per text line, and the document's first texts."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    def __iter__(self) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        for path, count in self.run.pages.items():
+            for _ in range(count):
+                yield {"kind": "page_region"}, {"path": path}
+        line = ({"kind": "image_region"}, {})
+        for _ in range(self.run.lines):
+            yield line
+        for text in self.run.texts:
+            yield {"kind": "character_range"}, {"text": text}
+
+
+def _summary(name: str, forms: _Forms, run: _Run) -> list[str]:
+    """``summary_lines`` of the bundle written: the claim's verdict from the stand-in's (its
+    checks are the run's), the body from the PDF summary over the counts."""
+    stand_in = summary_lines(name, forms.bundle)
+    spec = for_modality(Modality.PDF.value)
+    assert spec is not None
+    body = spec.summary.load()(_Loci(run))
+    media_type = forms.bundle.artifact.media_type or "type not recognised"
+    return [f"{name}: ok ({media_type}), {body[0]}", *(f"  {line}" for line in body[1:]), stand_in[-1]]
+
+
+def _shifted(progress: ProgressFn | None, before: int, total: int) -> ProgressFn | None:
+    if progress is None:
+        return None
+
+    def shown(done: int, _span: int, *unit: Any) -> None:
+        progress(before + done, total, *unit)
+
+    return shown
+
+
+def _whole(bundle: EvidenceBundle, lines_to: Path, turtle_to: Path | None) -> Written:
+    """Write a bundle held whole (a failure's, a few records; or a PDF whose pages cannot be counted)."""
+    with _Temp(lines_to) as out:
+        write_bundle_lines(bundle, out.file)
+        if turtle_to is not None:
+            with _Temp(turtle_to) as ttl:
+                for line in turtle_lines(bundle.prov):
+                    ttl.file.write(line)
+                ttl.keep()
+        out.keep()
+    return Written(bundle.status, bundle.error, lambda name: summary_lines(name, bundle))
+
+
+class _Temp:
+    """A file written under a temporary name beside ``target`` and renamed to it by ``keep``;
+    removed when the ``with`` ends without ``keep``."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.file: IO[str]
+        self._name = ""
+
+    def __enter__(self) -> _Temp:
+        self._open()
+        return self
+
+    def _open(self) -> None:
+        fd, self._name = tempfile.mkstemp(prefix=f".{self.target.name}.", suffix=".part", dir=self.target.parent)
+        self.file = os.fdopen(fd, "w", encoding="utf-8")
+
+    def keep(self) -> None:
+        self.file.close()
+        os.replace(self._name, self.target)
+        self._name = ""
+
+    def __exit__(self, *exc: object) -> None:
+        if self._name:
+            self.file.close()
+            try:
+                os.unlink(self._name)
+            except FileNotFoundError:
+                pass
