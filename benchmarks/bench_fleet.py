@@ -13,11 +13,13 @@
   job: one worker serving both queues (the parts run one after the other; the cost of fanning out)
   and a video worker plus an audio worker with 1 thread each (the parts run side by side).
 
-Run: ``.venv/bin/python benchmarks/bench_fleet.py``.
+Run: ``.venv/bin/python benchmarks/bench_fleet.py``; ``--only overhead`` (or ``throughput``,
+``transport``, ``speech``; repeatable) runs only those parts and writes no results file.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import os
 import statistics
@@ -155,32 +157,61 @@ def speech_fan_out(repeat: int = 5) -> dict[str, float]:
     return {"video_s": float(SPEECH_VIDEO_S), **{name: statistics.median(t) for name, t in times.items()}}
 
 
-def main() -> None:
-    with fleet(workers=1, concurrency=1) as env:
-        over = overhead(env)
-        tput1 = throughput(env, salt="a")
-        moved = transport(env)
-    with fleet(workers=1, concurrency=2) as env:
-        tput2 = throughput(env, salt="b")
-    speech = speech_fan_out()
-    print(table([
-        ("measure", "value"),
-        ("round trip, 1-page PDF (median)", f"{over['round_trip_ms']:.1f} ms"),
-        ("of which in the worker's job", f"{over['in_worker_ms']:.1f} ms"),
-        ("fleet overhead per job (round trip less the worker's job)", f"{over['overhead_ms']:.1f} ms"),
-        ("same job in-process (submit -> bundle, interleaved)", f"{over['in_process_ms']:.1f} ms"),
-        ("fleet overhead per job against in-process", f"{over['overhead_vs_in_process_ms']:.1f} ms"),
-        ("10-page jobs/s, 1 worker process", f"{tput1:.1f}"),
-        ("10-page jobs/s, 2 worker processes", f"{tput2:.1f} ({tput2 / tput1:.2f}x)"),
-        ("10 MB inline (base64 in the message)", f"{moved['inline_ms']:.0f} ms"),
-        ("10 MB by blob reference", f"{moved['by_reference_ms']:.0f} ms "
-                                    f"({moved['inline_ms'] / moved['by_reference_ms']:.1f}x faster)"),
-        ("2-min video with speech, in-process (2 threads, parts in turn)", f"{speech['in_process_s']:.1f} s"),
-        ("same, fleet: 1 worker (2 threads) serving both queues", f"{speech['one_worker_s']:.1f} s "
-                                    f"({speech['in_process_s'] / speech['one_worker_s']:.2f}x)"),
-        ("same, fleet: video worker + audio worker (1 thread each)", f"{speech['two_workers_s']:.1f} s "
-                                    f"({speech['in_process_s'] / speech['two_workers_s']:.2f}x)"),
-    ]))
+PARTS = ("overhead", "throughput", "transport", "speech")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", choices=PARTS,
+                        help="run only this part (repeatable); the results file is written only for a full run")
+    parser.add_argument("--jobs", type=int, default=30, help="sequential jobs the overhead part times (default 30)")
+    args = parser.parse_args(argv)
+    parts = set(args.only or PARTS)
+    over: dict[str, float] | None = None
+    tput1 = tput2 = None
+    moved: dict[str, float] | None = None
+    speech: dict[str, float] | None = None
+    if parts & {"overhead", "throughput", "transport"}:
+        with fleet(workers=1, concurrency=1) as env:
+            over = overhead(env, jobs=args.jobs) if "overhead" in parts else None
+            tput1 = throughput(env, salt="a") if "throughput" in parts else None
+            moved = transport(env) if "transport" in parts else None
+    if "throughput" in parts:
+        with fleet(workers=1, concurrency=2) as env:
+            tput2 = throughput(env, salt="b")
+    if "speech" in parts:
+        speech = speech_fan_out()
+    rows: list[tuple[str, ...]] = [("measure", "value")]
+    if over is not None:
+        rows += [
+            ("round trip, 1-page PDF (median)", f"{over['round_trip_ms']:.1f} ms"),
+            ("of which in the worker's job", f"{over['in_worker_ms']:.1f} ms"),
+            ("fleet overhead per job (round trip less the worker's job)", f"{over['overhead_ms']:.1f} ms"),
+            ("same job in-process (submit -> bundle, interleaved)", f"{over['in_process_ms']:.1f} ms"),
+            ("fleet overhead per job against in-process", f"{over['overhead_vs_in_process_ms']:.1f} ms"),
+        ]
+    if tput1 is not None and tput2 is not None:
+        rows += [
+            ("10-page jobs/s, 1 worker process", f"{tput1:.1f}"),
+            ("10-page jobs/s, 2 worker processes", f"{tput2:.1f} ({tput2 / tput1:.2f}x)"),
+        ]
+    if moved is not None:
+        rows += [
+            ("10 MB inline (base64 in the message)", f"{moved['inline_ms']:.0f} ms"),
+            ("10 MB by blob reference", f"{moved['by_reference_ms']:.0f} ms "
+                                        f"({moved['inline_ms'] / moved['by_reference_ms']:.1f}x faster)"),
+        ]
+    if speech is not None:
+        rows += [
+            ("2-min video with speech, in-process (2 threads, parts in turn)", f"{speech['in_process_s']:.1f} s"),
+            ("same, fleet: 1 worker (2 threads) serving both queues", f"{speech['one_worker_s']:.1f} s "
+                                        f"({speech['in_process_s'] / speech['one_worker_s']:.2f}x)"),
+            ("same, fleet: video worker + audio worker (1 thread each)", f"{speech['two_workers_s']:.1f} s "
+                                        f"({speech['in_process_s'] / speech['two_workers_s']:.2f}x)"),
+        ]
+    print(table(rows))
+    if args.only:
+        return
     out = write_results("fleet", {"overhead": over, "jobs_per_s": {"1_process": tput1, "2_processes": tput2},
                                   "transport_10mb": moved, "video_with_speech": speech})
     print(f"wrote {out}")

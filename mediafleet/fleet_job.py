@@ -154,7 +154,7 @@ class FleetJob(Job):
                     # client retried for a while already); keep waiting until the caller's deadline,
                     # on a new subscription.
                     if watch is not None:
-                        watch.close()
+                        watch.discard()
                     watch = None
                     time.sleep(max(0.0, min(left, 0.5)))
                 if deadline is not None and time.monotonic() >= deadline:
@@ -172,16 +172,17 @@ class FleetJob(Job):
         ended without writing one. The short slices are only there to report progress in between.
         """
         # Subscribed before the record is read, so an outcome written in between cannot go unseen.
+        # The record and whether the task waited on has ended are read together (one round trip).
         watch.follow(self.id, self._waited)
-        record = self.record()
+        record, ended = self._jobs.look(self.id, self._waited)
         waited = (self._running_part(record) or self.id) if record is not None else None
         if waited is not None and waited != self._waited:  # its own task reported: now a part's
             self._waited = waited
             watch.follow(self.id, waited)
-            record = self.record()
+            record, ended = self._jobs.look(self.id, waited)
         if (outcome := self._finished(record)) is not None:
             return outcome
-        if waited is None or self._app.AsyncResult(waited).ready():
+        if waited is None or ended:
             if (outcome := self._settle(waited)) is not None:
                 return outcome
             # Ended without an outcome that counts (a stale delivery's, or one on its way): poll.

@@ -24,9 +24,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,6 +153,46 @@ end
 return 1
 """
 
+# As _CLAIM, routed in the same step: KEYS[4] the presence index; ARGV[3] drop hostnames that beat
+# before this, ARGV[4] hostnames that beat since this are live, ARGV[5] the presence key prefix,
+# ARGV[6] the held reason, ARGV[7] n, then n candidates (queue, device, request JSON) in the
+# capability's order, then field/value pairs. The job goes to the first candidate whose queue a
+# live worker consumes (what mediafleet.presence.live_workers reads), else it is held as the first
+# candidate. Returns {1 when created, the candidate taken (1..n; 0: held)}.
+_CLAIM_ROUTED = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state and state ~= 'cancelled' and not (state == 'failed' and redis.call('HGET', KEYS[1], 'retryable') == '1') then
+  return {0, 0}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[3])
+local live = {}
+for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], ARGV[4], '+inf')) do
+  local body = redis.call('GET', ARGV[5] .. name)
+  if body then
+    local ok, worker = pcall(cjson.decode, body)
+    if ok and type(worker) == 'table' and type(worker['queues']) == 'table' then
+      for _, queue in ipairs(worker['queues']) do live[queue] = true end
+    end
+  end
+end
+local n = tonumber(ARGV[7])
+local taken = 0
+for i = 1, n do
+  if live[ARGV[8 + 3 * (i - 1)]] then taken = i break end
+end
+local at = 8 + 3 * (math.max(taken, 1) - 1)
+redis.call('DEL', KEYS[1], KEYS[3])
+redis.call('HSET', KEYS[1], unpack(ARGV, 8 + 3 * n))
+if taken > 0 then
+  redis.call('HSET', KEYS[1], 'device', ARGV[at + 1], 'request', ARGV[at + 2], 'state', 'queued', 'held_reason', '')
+else
+  redis.call('HSET', KEYS[1], 'device', ARGV[at + 1], 'request', ARGV[at + 2], 'state', 'held', 'held_reason', ARGV[6])
+  redis.call('SADD', KEYS[2], ARGV[2])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return {1, taken}
+"""
+
 # KEYS[1] record, KEYS[2] the held set; ARGV[1] job id, ARGV[2] the request as released (JSON),
 # ARGV[3] now. Moves a held job to queued exactly once; returns its token, or false.
 _RELEASE = """
@@ -200,24 +241,50 @@ return {attempts, state, parts}
 # any: a joiner, the cancel path), ARGV[2] the attempts the writer saw ('' for any: only the waiter,
 # writing a lost task's failure, passes it), ARGV[3] the hostname that delivery ran on ('' for
 # any), ARGV[4] job id, ARGV[5] '1' when the outcome is ok, ARGV[6] the ttl when the record names
-# none, ARGV[7..] field/value pairs. Writes a
-# final outcome once: a record that holds an outcome (inline, or by reference) is never overwritten, and a delivery that no
-# longer owns the record (a newer one started since) writes nothing. Returns 1 when written.
+# none, ARGV[7] '1' to publish on KEYS[3] (the job's finished channel) once written, ARGV[8..]
+# field/value pairs. Writes a final outcome once: a record that holds an outcome (inline, or by
+# reference) is never overwritten, and a delivery that no longer owns the record (a newer one
+# started since) writes nothing. Returns 1 when written.
 _FINISH = """
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'outcome') == 1
    or redis.call('HEXISTS', KEYS[1], 'outcome_ref') == 1 then return 0 end
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[2] then return 0 end
 if ARGV[3] ~= '' and (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[3] then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 7))
+redis.call('HSET', KEYS[1], unpack(ARGV, 8))
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'completions', 1) end
 for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(name, 1, 5) == 'part:' then redis.call('HDEL', KEYS[1], name) end
 end
 redis.call('SREM', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'keep_s') or ARGV[6]))
+if ARGV[7] == '1' then redis.call('PUBLISH', KEYS[3], '1') end
 return 1
 """
+
+# KEYS[1] record, KEYS[2] the Celery result of a task ('' for none); ARGV[1] the presence key
+# prefix. One read of what a waiter looks at: {the record's fields and values, whether the worker a
+# started record names still has a heartbeat (1, 0; -1: not asked), the task's Celery state or ''}.
+_LOOK = """
+local fields = redis.call('HGETALL', KEYS[1])
+local state, host = nil, nil
+for i = 1, #fields, 2 do
+  if fields[i] == 'state' then state = fields[i + 1] elseif fields[i] == 'hostname' then host = fields[i + 1] end
+end
+local alive = -1
+if state == 'started' and host and host ~= '' then alive = redis.call('EXISTS', ARGV[1] .. host) end
+local status = ''
+if KEYS[2] ~= '' then
+  local meta = redis.call('GET', KEYS[2])
+  if meta then
+    local ok, decoded = pcall(cjson.decode, meta)
+    if ok and type(decoded) == 'table' and type(decoded['status']) == 'string' then status = decoded['status'] end
+  end
+end
+return {fields, alive, status}
+"""
+# Celery's states of a task that has ended (celery.states.READY_STATES).
+_ENDED = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 
 
 # KEYS[1] record, KEYS[2] the started set, KEYS[3] the presence key of the worker the caller saw the
@@ -495,34 +562,86 @@ class Watch:
     """One pub/sub connection a waiter sleeps on between reads of a job's record.
 
     Only a wake-up: whoever wakes re-reads the record (a message may be missed while Redis is away,
-    so a waiter also re-reads when its slice of time runs out).
+    so a waiter also re-reads when its slice of time runs out). Closed, it goes back to its job
+    store for the next waiter (unsubscribed, its connection kept: a connection per job would be a
+    connect and a handshake per job); discarded, or broken, its connection is dropped.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, idle: _IdleWatches | None = None) -> None:
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)
         self._channels: set[str] = set()
+        self._idle = idle
+        self._broken = False
 
     def follow(self, job_id: str, task_id: str) -> None:
         """Wake on ``job_id``'s record being finished and on ``task_id``'s Celery result (subscribed
         before the caller reads the record, so no outcome can land unseen in between)."""
         wanted = {finished_channel(job_id), _CELERY_RESULT + task_id} - self._channels
         if wanted:
-            self._pubsub.subscribe(*sorted(wanted))
+            try:
+                self._pubsub.subscribe(*sorted(wanted))
+            except BaseException:
+                self._broken = True
+                raise
             self._channels |= wanted
 
     def wait(self, timeout: float) -> bool:
-        """Sleep until a followed channel says something or ``timeout`` passes; whether it said."""
+        """Sleep until a followed channel says something or ``timeout`` passes; whether it said.
+        (A message on a channel an earlier waiter followed on this connection is not a wake-up.)"""
         deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            if self._pubsub.get_message(timeout=left) is not None:
-                return True
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                message = self._pubsub.get_message(timeout=left)
+                if message is not None and _text(message.get("channel")) in self._channels:
+                    return True
+        except BaseException:
+            self._broken = True
+            raise
         return False
 
     def close(self) -> None:
+        """Done waiting: unsubscribe and hand the connection to the next waiter (or drop it)."""
+        if self._idle is not None and not self._broken and self._channels:
+            try:
+                self._pubsub.unsubscribe()
+            except Exception:  # noqa: BLE001 - Redis dropped it: drop it too
+                self._broken = True
+            else:
+                self._channels = set()
+                if self._idle.put(self):
+                    return
+        self.discard()
+
+    def discard(self) -> None:
+        """Drop the connection (Redis went away under it, or no waiter needs it)."""
         try:
             self._pubsub.close()
         except Exception:  # noqa: BLE001 - closing a connection Redis already dropped
             pass
+
+
+def _text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class _IdleWatches:
+    """A job store's watches waiting for their next waiter (a few: one per waiter at a time)."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self._keep = keep
+        self._watches: list[Watch] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> Watch | None:
+        with self._lock:
+            return self._watches.pop() if self._watches else None
+
+    def put(self, watch: Watch) -> bool:
+        with self._lock:
+            if len(self._watches) >= self._keep:
+                return False
+            self._watches.append(watch)
+            return True
 
 
 class JobStore:
@@ -538,12 +657,15 @@ class JobStore:
         self._blobs = blobs
         self._inline_max_bytes = inline_max_bytes
         self._claim = client.register_script(_CLAIM)
+        self._claim_routed = client.register_script(_CLAIM_ROUTED)
         self._start = client.register_script(_START)
         self._release = client.register_script(_RELEASE)
         self._report = client.register_script(_REPORT)
         self._resend = client.register_script(_RESEND)
         self._finish = client.register_script(_FINISH)
         self._recover = client.register_script(_RECOVER)
+        self._look = client.register_script(_LOOK)
+        self._idle = _IdleWatches()
 
     @staticmethod
     def key(job_id: str) -> str:
@@ -567,19 +689,28 @@ class JobStore:
         return self._r
 
     def get(self, job_id: str) -> JobRecord | None:
-        raw = self._r.hgetall(self.key(job_id))
+        return self.look(job_id)[0]
+
+    def look(self, job_id: str, task_id: str | None = None) -> tuple[JobRecord | None, bool]:
+        """The job's record, and whether the Celery task ``task_id`` has ended (its result is
+        stored: success, failure or revoked), read together in one round trip (what a waiter
+        reads at each slice of its wait). With no ``task_id``, False."""
+        from mediafleet.presence import worker_key
+
+        raw, alive, status = self._look(keys=[self.key(job_id), _CELERY_RESULT + task_id if task_id else ""],
+                                        args=[worker_key("")])
+        ended = _text(status) in _ENDED
         if not raw:
-            return None
-        fields = {k.decode(): v.decode() for k, v in raw.items()}
+            return None, ended
+        if isinstance(raw, dict):  # RESP3 may answer a flat array as a map
+            pairs = list(raw.items())
+        else:
+            pairs = list(zip(raw[::2], raw[1::2], strict=True))
+        fields = {_text(k): _text(v) for k, v in pairs}
         signed = _signed_text(job_id, fields)
         forged = (self._signer is not None and signed is not None
                   and not self._signer.verify(signed, fields.get("outcome_sig")))
-        alive = None
-        if fields.get("state") == JobState.STARTED.value and fields.get("hostname"):
-            from mediafleet.presence import worker_key
-
-            alive = bool(self._r.exists(worker_key(fields["hostname"])))
-        return JobRecord(job_id, fields, forged, alive, self._blobs, self._signer)
+        return JobRecord(job_id, fields, forged, None if alive < 0 else bool(alive), self._blobs, self._signer), ended
 
     def discard_forged(self, job_id: str) -> bool:
         """Delete a record whose outcome failed its signature check, or whose outcome's blob is gone
@@ -609,23 +740,54 @@ class JobStore:
         ``parts`` names the parts the job fans out (part name -> job id): the job then finishes when
         its own task and every part have reported (:meth:`report_part`).
         """
-        now = str(time.time())
         token = uuid.uuid4().hex
+        fields = self._claim_fields(request, token, priority, keep_s, parts)
+        fields.update(state=state.value, request=request.model_dump_json(), device=request.device.value,
+                      held_reason=held_reason or "")
+        flat = [x for kv in fields.items() for x in kv]
+        created = self._claim(keys=[self.key(request.job_id), _HELD, _CELERY_RESULT + request.job_id],
+                              args=[max(keep_s, self._ttl_s), request.job_id, *flat])
+        return token if created else None
+
+    def claim_routed(self, candidates: Sequence[tuple[str, ExtractRequest]], *, held_reason: str, priority: int,
+                     keep_s: int, parts: Mapping[str, str] | None = None) -> tuple[str | None, ExtractRequest, bool]:
+        """:meth:`claim`, routed in the same step (one round trip): ``candidates`` are the job's
+        (queue, request for that queue's device class) in the capability's order; the job is queued
+        as the first whose queue a live worker consumes (:func:`mediafleet.presence.live_workers`),
+        else held as the first, with ``held_reason``.
+
+        Returns (the token, or None when a live record already exists; the request recorded;
+        whether it is held).
+        """
+        from mediafleet.presence import INDEX_KEY, live_window, worker_key
+
+        job_id = candidates[0][1].job_id
+        token = uuid.uuid4().hex
+        fields = self._claim_fields(candidates[0][1], token, priority, keep_s, parts)
+        flat = [x for kv in fields.items() for x in kv]
+        routes = [x for queue, request in candidates for x in (queue, request.device.value, request.model_dump_json())]
+        drop_before, live_since = live_window(time.time())
+        created, taken = self._claim_routed(
+            keys=[self.key(job_id), _HELD, _CELERY_RESULT + job_id, INDEX_KEY],
+            args=[max(keep_s, self._ttl_s), job_id, drop_before, live_since, worker_key(""), held_reason,
+                  len(candidates), *routes, *flat])
+        request = candidates[max(int(taken), 1) - 1][1]
+        return (token if created else None), request, int(taken) == 0
+
+    def _claim_fields(self, request: ExtractRequest, token: str, priority: int, keep_s: int,
+                      parts: Mapping[str, str] | None) -> dict[str, str]:
+        """A new record's fields, less its state, request, device and held reason."""
+        now = str(time.time())
         fields = {
-            "token": token,
-            "state": state.value, "action": request.action, "request": request.model_dump_json(),
-            "attempts": "0", "completions": "0", "device": request.device.value, "priority": str(priority),
-            "held_reason": held_reason or "", "keep_s": str(max(keep_s, self._ttl_s)),
+            "token": token, "action": request.action, "attempts": "0", "completions": "0",
+            "priority": str(priority), "keep_s": str(max(keep_s, self._ttl_s)),
             "submitted_at": now, "updated_at": now, "sent": "0",
         }
         if parts:
             fields.update(parts=json.dumps(dict(parts)), pending_parts=str(len(parts) + 1))
         if request.part_of is not None:
             fields["parent"] = request.part_of.job_id
-        flat = [x for kv in fields.items() for x in kv]
-        created = self._claim(keys=[self.key(request.job_id), _HELD, _CELERY_RESULT + request.job_id],
-                              args=[max(keep_s, self._ttl_s), request.job_id, *flat])
-        return token if created else None
+        return fields
 
     def held(self) -> list[JobRecord]:
         """Jobs waiting for a live worker of an allowed device class (not yet on any queue)."""
@@ -661,8 +823,9 @@ class JobStore:
 
     def watch(self) -> Watch:
         """A subscription that wakes a waiter when a job's record gets its outcome, or when a task's
-        Celery result lands (a task that ended without writing one: killed, timed out, revoked)."""
-        return Watch(self._r)
+        Celery result lands (a task that ended without writing one: killed, timed out, revoked).
+        Close it when done: its connection serves the next waiter of this store."""
+        return self._idle.take() or Watch(self._r, self._idle)
 
     def sweep_turn(self, sweeper: str, every_s: float) -> bool:
         """Whether ``sweeper`` looks through the started jobs now: one sweeper per ``every_s``
@@ -719,7 +882,7 @@ class JobStore:
         return JobState(state.decode()) if state else None
 
     def finish(self, outcome: Outcome, *, delivery: int | None = None, seen_attempts: int | None = None,
-               hostname: str | None = None) -> bool:
+               hostname: str | None = None, announce: bool = False) -> bool:
         """Store the outcome and the final state, kept for the job's pickup window (the parts'
         outcomes it was joined from are dropped); returns whether it was stored.
 
@@ -727,7 +890,9 @@ class JobStore:
         writers (a stale redelivery and the live one, two joiners) exactly one stores its outcome.
         ``delivery`` (a worker's, from :meth:`start`) must still own the record; ``seen_attempts``
         and ``hostname`` (the waiter's, for a task it found lost) must still be the record's, so a
-        delivery that started since is not failed for its predecessor.
+        delivery that started since is not failed for its predecessor. With ``announce`` the job's
+        waiters are woken in the same step (:meth:`announce_finished`, for a writer with nothing
+        left to do before they read the outcome: no discovery index to fill first).
         """
         cancelled = outcome.error is not None and outcome.error.code == ErrorCode.CANCELLED
         state = JobState.DONE if outcome.status == "ok" else JobState.CANCELLED if cancelled else JobState.FAILED
@@ -737,9 +902,9 @@ class JobStore:
             "retryable": "1" if outcome.error and outcome.error.retryable else "0",
         }
         flat = [x for kv in fields.items() for x in kv]
-        written = self._finish(keys=[self.key(outcome.job_id), _STARTED], args=[
+        written = self._finish(keys=[self.key(outcome.job_id), _STARTED, finished_channel(outcome.job_id)], args=[
             "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",
-            outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, *flat])
+            outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, "1" if announce else "0", *flat])
         return bool(written)
 
     def _outcome_fields(self, outcome: Outcome) -> dict[str, str]:

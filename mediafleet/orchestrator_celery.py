@@ -106,19 +106,28 @@ class CeleryOrchestrator:
 
     def _queue(self, request: ExtractRequest, capability: Capability, level: int, keep_s: int,
                parts: Mapping[str, str] | None = None) -> tuple[ExtractRequest, bool]:
-        """Claim the job's record and send it (or hold it); (the request in force, whether new)."""
+        """Claim the job's record and send it (or hold it); (the request in force, whether new).
+
+        The record is routed as it is claimed (one round trip): to the first allowed device class
+        with a live worker on the capability's queue. With none alive the job is held: recorded,
+        on no queue, with the reason (``status`` shows it), until the first worker of an allowed
+        class comes up and queues it for its own class. It never runs on a class the manifest
+        forbids.
+        """
         from mediafleet.workers.app import send_extract
 
         jobs = self.jobs()
-        device, held = self._route(capability)
-        request = request.model_copy(update={"device": device})
-        state = JobState.HELD if held else JobState.QUEUED
-        token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s, parts=parts)
+        candidates = [(capability.queue(d), request.model_copy(update={"device": d})) for d in capability.devices]
+        allowed = "/".join(d.value for d in capability.devices)
+        reason = f"no live worker for {capability.action} on {allowed}"
+        token, request, held = jobs.claim_routed(candidates, held_reason=reason, priority=level, keep_s=keep_s,
+                                                 parts=parts)
         if token is None and (found := jobs.get(request.job_id)) is not None and found.untrusted \
                 and jobs.discard_forged(request.job_id):
             # Its outcome failed the signature check (written by no worker holding the key), or its
             # outcome's blob is gone: run it.
-            token = jobs.claim(request, state=state, held_reason=held, priority=level, keep_s=keep_s, parts=parts)
+            token, request, held = jobs.claim_routed(candidates, held_reason=reason, priority=level, keep_s=keep_s,
+                                                     parts=parts)
         if token is None:
             record = jobs.get(request.job_id)
             if record is None:
@@ -146,20 +155,6 @@ class CeleryOrchestrator:
             return
         if (joined := report_part(self.jobs(), self.manifest, of, outcome)) is not None:
             index_finished(self.settings.discovery_index, joined, self.manifest)
-
-    def _route(self, capability: Capability) -> tuple[DeviceClass, str | None]:
-        """The first allowed device class with a live worker on the capability's queue.
-
-        With none alive the job is held: recorded, on no queue, with the reason (``status`` shows
-        it), until the first worker of an allowed class comes up and queues it for its own class.
-        It never runs on a class the manifest forbids.
-        """
-        alive = {q for w in live_workers(self.jobs().client) for q in w.queues}
-        for device in capability.devices:
-            if capability.queue(device) in alive:
-                return device, None
-        allowed = "/".join(d.value for d in capability.devices)
-        return capability.devices[0], f"no live worker for {capability.action} on {allowed}"
 
     def job(self, job_id: str) -> FleetJob | None:
         """A handle on a job submitted earlier (by any dispatcher of this fleet)."""

@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HEARTBEAT_S", "TTL_S", "Announcer", "LiveWorker", "live_workers", "worker_key"]
+__all__ = ["HEARTBEAT_S", "INDEX_KEY", "TTL_S", "Announcer", "LiveWorker", "live_window", "live_workers", "worker_key"]
 
 _PREFIX = "mediafleet:worker:"
 _INDEX = "mediafleet:workers"
+INDEX_KEY = _INDEX
+"""The sorted set of hostnames by their latest beat (read by the job store's routed claim too)."""
 HEARTBEAT_S = 5.0
 TTL_S = 15
 
@@ -31,6 +33,12 @@ TTL_S = 15
 def worker_key(hostname: str) -> str:
     """The presence key of the worker ``hostname`` (present while its heartbeat lasts)."""
     return _PREFIX + hostname
+
+
+def live_window(now: float) -> tuple[float, float]:
+    """(hostnames that beat before the first are dropped from the index; those that beat since the
+    second are live while their key lasts), at ``now``."""
+    return now - 4 * TTL_S, now - TTL_S - HEARTBEAT_S
 
 
 @dataclass(frozen=True)
@@ -42,21 +50,28 @@ class LiveWorker:
     seen_at: float
 
 
+# KEYS[1] the index; ARGV[1] drop hostnames that beat before this, ARGV[2] list those that beat since
+# this, ARGV[3] the presence key prefix. The presence bodies of the listed hostnames whose key is
+# still there (one round trip: what a dispatcher routes each submission on).
+_LIVE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local names = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf')
+local out = {}
+for _, name in ipairs(names) do
+  local body = redis.call('GET', ARGV[3] .. name)
+  if body then out[#out + 1] = body end
+end
+return out
+"""
+
+
 def live_workers(client: Any) -> list[LiveWorker]:
     """Every worker whose heartbeat has not expired: the hostnames that beat within ``TTL_S``
-    (the index) whose presence key is still there (one ZRANGEBYSCORE and one MGET, whatever the
-    number of keys in Redis). Hostnames not seen for longer are dropped from the index."""
-    now = time.time()
-    pipe = client.pipeline()
-    pipe.zremrangebyscore(_INDEX, "-inf", now - 4 * TTL_S)
-    pipe.zrangebyscore(_INDEX, now - TTL_S - HEARTBEAT_S, "+inf")
-    _, names = pipe.execute()
-    if not names:
-        return []
+    (the index) whose presence key is still there (one script reading the index and those keys,
+    whatever the number of keys in Redis: one round trip). Hostnames not seen for longer are
+    dropped from the index."""
     out = []
-    for raw in client.mget([worker_key(n.decode() if isinstance(n, bytes) else n) for n in names]):
-        if raw is None:
-            continue
+    for raw in client.register_script(_LIVE)(keys=[_INDEX], args=[*live_window(time.time()), _PREFIX]):
         data = json.loads(raw)
         out.append(LiveWorker(data["hostname"], data["device"], tuple(data["queues"]), data["pid"], data["at"]))
     return sorted(out, key=lambda w: w.hostname)

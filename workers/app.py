@@ -1,8 +1,9 @@
 """The Celery app, configured for media work, and its one thin task shell.
 
 JSON only (never pickle); late acks with redelivery when a worker dies mid-task; prefetch 1 so a
-long job never hides a queued one behind it; task events on so Flower sees every job; results
-kept for the configured pickup window; a broker visibility timeout derived from the longest hard
+long job never hides a queued one behind it; task events only with ``task_events`` on (or once a
+running Flower turns them on: they cost Redis publishes per job); results kept for the configured
+pickup window; a broker visibility timeout derived from the longest hard
 time limit in the manifest, so a long job is never handed to a second worker while it still runs.
 
 The task validates the request and runs :func:`mediafleet.workers.runner.run_request` through the
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery, Task
+from celery.backends.redis import RedisBackend
 from celery.exceptions import Ignore
 from celery.worker.consumer import Consumer
 
@@ -100,6 +102,19 @@ class RefusalRecordingConsumer(Consumer):  # type: ignore[misc]
             return
 
 
+class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
+    """Celery's Redis result backend, less the result subscription ``send_task`` opens for each
+    task it sends (and drops again when the result object is collected): a subscribe and an
+    unsubscribe per job on the dispatcher. Nobody here waits through ``AsyncResult.get``: a job's
+    waiter wakes on its own subscription (:class:`mediafleet.jobstore.Watch`), which follows the
+    task's result channel too. ``AsyncResult.get`` still works (it subscribes when it waits)."""
+
+    def on_task_call(self, producer: Any, task_id: str) -> None:
+        return None
+
+
+_BACKENDS = {scheme: f"{__name__}:FleetRedisBackend" for scheme in ("redis", "rediss")}
+
 _APPS: dict[str, Celery] = {}
 _APPS_LOCK = threading.Lock()
 
@@ -123,6 +138,7 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
 def _build_app(settings: Settings, manifest: Manifest) -> Celery:
     store = open_store(settings)
     app = Celery("mediafleet", broker=settings.broker(), backend=settings.backend(), set_as_current=False)
+    app.loader.override_backends = _BACKENDS
     transport = {
         "visibility_timeout": visibility_timeout_s(manifest),
         "queue_order_strategy": "priority",
@@ -137,8 +153,11 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_track_started=False,  # the job record says started; nobody reads Celery's STARTED (a write and a wake-up per job)
-        task_send_sent_event=True,
-        worker_send_task_events=True,
+        # Task events (Flower's per-task view and task metrics) cost a publish per event, about 1 ms
+        # of a small job's round trip: only when asked for (a running Flower also turns the workers'
+        # on with its enable_events option). Workers' heartbeat events are sent either way.
+        task_send_sent_event=settings.task_events,
+        worker_send_task_events=settings.task_events,
         result_expires=settings.result_ttl_s,
         result_extended=True,
         broker_transport_options=transport,

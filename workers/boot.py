@@ -90,7 +90,7 @@ def boot_worker(settings: Settings, options: WorkerOptions, manifest: Manifest |
     app = create_app(settings, manifest)
     queues = options.queues or ",".join(cap.queue(settings.device) for cap in served)
     argv = ["worker", f"--queues={queues}", f"--concurrency={options.concurrency}", f"--pool={options.pool}",
-            f"--loglevel={options.loglevel}", "--events"]
+            f"--loglevel={options.loglevel}", *(["--events"] if settings.task_events else [])]
     if options.hostname:
         argv.append(f"--hostname={options.hostname}")
     if options.max_tasks_per_child:

@@ -84,6 +84,8 @@ class Delivery:
     state: JobState | None = None
     progress_at: float | None = None
     finished: Outcome | None = None
+    announced: bool = False
+    """Whether the write that finished the caller's job also woke its waiters (:class:`FinishedNotice`)."""
 
 
 class Middleware:
@@ -160,12 +162,17 @@ class ProgressThrottle(Middleware):
 class ProgressReporting(Middleware):
     """Publishes progress (``done``, ``total``, the action's unit) and records it in the job's
     record, keeping the record's state for :class:`Cancellation`. Best effort: with Redis briefly
-    away the job goes on, and the call stops here."""
+    away the job goes on, and the call stops here.
+
+    The last call (``done == total``) is recorded but not published: the task's own result
+    replaces it a moment later, and publishing it would only wake every waiter once more for
+    nothing (two round trips and a wake-up per job; all a one-page job reports)."""
 
     def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
         unit = progress_unit(delivery.request.action)
         try:
-            delivery.publish({"done": done, "total": total, "unit": unit})
+            if total is None or done < total:
+                delivery.publish({"done": done, "total": total, "unit": unit})
             delivery.state = delivery.jobs.progress(delivery.request.job_id, done, total, unit)
         except _TRANSIENT:
             return False
@@ -211,14 +218,21 @@ class DeliveryLimit(Middleware):
 class OutcomeReporting(Middleware):
     """Stores the outcome (:func:`report`): a plain job's in its record, a part's into its caller's
     job (joined by the last part to report). Sets ``delivery.finished`` when that finished the
-    caller's job."""
+    caller's job.
 
-    def __init__(self, manifest: Manifest) -> None:
+    With ``announce`` (nothing else to do before the waiters read it: no discovery index), a plain
+    job's outcome is written and its waiters woken in one step, and ``delivery.announced`` says so.
+    """
+
+    def __init__(self, manifest: Manifest, announce: bool = False) -> None:
         self._manifest = manifest
+        self._announce = announce
 
     def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
+        plain = delivery.request.part_of is None and not delivery.parts
         delivery.finished = report(delivery.jobs, self._manifest, delivery.request, outcome, delivery.parts,
-                                   delivery=delivery.attempt)
+                                   delivery=delivery.attempt, announce=self._announce)
+        delivery.announced = self._announce and plain and delivery.finished is not None
 
 
 class DiscoveryIndexing(Middleware):
@@ -239,7 +253,7 @@ class FinishedNotice(Middleware):
     waiter also re-reads the record at each slice of its wait."""
 
     def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
-        if delivery.finished is not None:
+        if delivery.finished is not None and not delivery.announced:
             try:
                 delivery.jobs.announce_finished(delivery.finished.job_id)
             except _TRANSIENT:
@@ -249,9 +263,11 @@ class FinishedNotice(Middleware):
 def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> list[Middleware]:
     """The fleet task's chain, in order. Cancellation comes after progress reporting (it reads the
     state that report returned) and before the delivery limit (a cancelled job ends ``cancelled``
-    however often it was delivered); the finished notice comes last."""
+    however often it was delivered); the finished notice comes last (with no index to fill, a
+    plain job's is sent with its outcome's write instead)."""
     return [DeliveryCounting(), ProgressThrottle(), ProgressReporting(), Cancellation(), DeliveryLimit(),
-            OutcomeReporting(manifest), DiscoveryIndexing(discovery_index, manifest), FinishedNotice()]
+            OutcomeReporting(manifest, announce=discovery_index is None), DiscoveryIndexing(discovery_index, manifest),
+            FinishedNotice()]
 
 
 def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Outcome | None:
@@ -290,7 +306,7 @@ def report_part(jobs: JobStore, manifest: Manifest, of: PartOf, outcome: Outcome
 
 
 def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome,
-           parts: dict[str, str], delivery: int | None = None) -> Outcome | None:
+           parts: dict[str, str], delivery: int | None = None, announce: bool = False) -> Outcome | None:
     """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
 
     A job with ``parts`` reports as its own part (under its modality's name) and is finished by
@@ -300,14 +316,15 @@ def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome:
     final outcome when this report finished the caller's job, else None.
 
     ``delivery`` is the reporting delivery's number (:meth:`JobStore.start`): a delivery that no
-    longer owns its record (a newer one started since, or the job finished) stores nothing.
+    longer owns its record (a newer one started since, or the job finished) stores nothing. With
+    ``announce``, a plain job's waiters are woken by the same write (:meth:`JobStore.finish`).
     """
     if (of := request.part_of) is not None:
         if not jobs.finish(outcome, delivery=delivery):
             return None
         return report_part(jobs, manifest, of, outcome)
     if not parts:
-        return outcome if jobs.finish(outcome, delivery=delivery) else None
+        return outcome if jobs.finish(outcome, delivery=delivery, announce=announce) else None
     capability = manifest.capability(request.action)
     failed = outcome.status != "ok"
     left = jobs.report_part(request.job_id, own_part(capability), outcome, decides=failed, delivery=delivery)
