@@ -352,6 +352,9 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         print(f"mediafleet extract: {exc}", file=sys.stderr)
         return EXIT_USAGE
     dispatcher = Dispatcher(settings, manifest=manifest)
+    if dispatcher.in_process and args.out and args.jsonl and not (args.json or args.report) \
+            and settings.discovery_index is None:
+        dispatcher.orchestrator = _StreamedPdfs(dispatcher.orchestrator)  # type: ignore[assignment]
     try:
         return _extract_all(queue, args, settings, manifest, dispatcher, options, status)
     finally:
@@ -468,6 +471,13 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
                 reason = record.held_reason if record is not None and record.held_reason else "no live worker for it"
                 print(f"{item.name}: held: {reason}; it starts when a worker comes up (mediafleet worker); "
                       "waiting (Ctrl-C stops the wait, not the job)", file=sys.stderr)
+        pending = getattr(job, "inner", job)  # a ClaimedJob's own job
+        if isinstance(pending, _PendingPdf):
+            stem = f"{item.name}.{pending.request.artifact.digest.removeprefix('sha256:')[:12]}"
+            written = pending.write(Path(args.out, f"{stem}.bundle.jsonl"), Path(args.out, f"{stem}.prov.ttl"),
+                                    getattr(job, "claims", None))
+            show.clear()
+            return _written(item.name, written, saved)
         bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
     except TimedOut:
         show.clear()
@@ -521,6 +531,62 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
             page = build_report(bundle, item.name, inputs)
         (saved.folder / report_file_name(item.name, bundle)).write_text(page, encoding="utf-8")
         saved.reports += 1
+    return status
+
+
+class _StreamedPdfs:
+    """The in-process orchestrator, with each PDF job it may run in ranges left pending, for
+    ``extract --out DIR --jsonl`` to write its bundle as it is made (:mod:`mediafleet.workers.pdf.stream`)
+    instead of holding it whole; every other job runs as before."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def start(self, request: Any, capability: Any, submission: Any, facts: Any = None) -> Any:
+        from mediafleet.workers.pdf.stream import streams
+
+        if not streams(capability):
+            return self.inner.start(request, capability, submission, facts)
+        return _PendingPdf(self.inner, request, capability, submission)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class _PendingPdf:
+    """An admitted PDF job not run yet: :meth:`write` runs it, writing its bundle as it goes."""
+
+    def __init__(self, orchestrator: Any, request: Any, capability: Any, submission: Any) -> None:
+        self.id, self.action = request.job_id, request.action
+        self.orchestrator, self.request, self.capability, self.submission = orchestrator, request, capability, submission
+
+    def state(self) -> Any:
+        from mediafleet.contract.jobs import JobState
+
+        return JobState.QUEUED
+
+    def bundle(self, timeout: float | None = None, on_progress: Any = None) -> Any:
+        """The bundle held whole, as the in-process orchestrator makes it."""
+        return self.orchestrator.start(self.request, self.capability, self.submission).bundle()
+
+    def write(self, lines_to: Path, turtle_to: Path, claims: Any) -> Any:
+        from mediafleet.workers.pdf.stream import write_pdf_bundle
+
+        return write_pdf_bundle(self.request, self.capability, self.orchestrator.manifest, self.orchestrator.store,
+                                lines_to, turtle_to=turtle_to, claims=claims, progress=self.submission.get("progress"))
+
+
+def _written(name: str, written: Any, saved: _Saved) -> int:
+    """Show a bundle written as it was made (``--out DIR --jsonl``); returns its exit status."""
+    status = EXIT_OK
+    if written.status != "ok":
+        status = EXIT_FAILED
+        error = written.error
+        why = f"{error.code.value}: {error.message}" if error is not None else "no reason given"
+        print(f"mediafleet extract: {name}: failed: {why}", file=sys.stderr)
+    saved.shown += 1
+    saved.bundles += 1
+    print("\n".join(written.summary_lines(name)))
     return status
 
 
