@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
-from mediafleet import Settings
+from mediafleet import LocalBlobStore, Settings
 from mediafleet import dispatch as dispatch_module
+from mediafleet.contract.jobs import JobState
+from mediafleet.contract.manifest import DeviceClass
+from mediafleet.jobstore import JobStore, finished_channel
+from mediafleet.presence import Announcer
 from mediafleet.workers.app import create_app
+from tests.test_middleware import pdf_request
 
 
 def test_one_celery_app_per_settings_however_many_calls(tmp_path: Path) -> None:
@@ -31,3 +37,87 @@ def test_delegate_extract_keeps_one_dispatcher_per_settings(tmp_path: Path, monk
     for _ in range(5):
         dispatch_module.delegate_extract(b"%PDF-", settings=Settings(blob_root=tmp_path))
     assert len(set(seen)) == 1
+
+
+def test_task_events_are_sent_only_when_asked_for(tmp_path: Path) -> None:
+    """Task events cost publishes per job: off by default, on with ``task_events`` (what
+    ``mediafleet worker --events`` sets) for Flower."""
+    quiet = create_app(Settings(broker_url="redis://127.0.0.1:1/0", blob_root=tmp_path))
+    assert not quiet.conf.task_send_sent_event and not quiet.conf.worker_send_task_events
+    loud = create_app(Settings(broker_url="redis://127.0.0.1:1/0", blob_root=tmp_path, task_events=True))
+    assert loud.conf.task_send_sent_event and loud.conf.worker_send_task_events
+
+
+def test_the_cli_worker_flag_turns_task_events_on(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from mediafleet import cli
+    from mediafleet.workers import boot
+
+    seen: list[bool] = []
+    monkeypatch.setattr(boot, "boot_worker", lambda settings, options, manifest: seen.append(settings.task_events))
+    monkeypatch.setenv("MEDIAFLEET_BLOB_ROOT", str(tmp_path))
+    for flags in ([], ["--events"]):
+        assert cli.main(["worker", "--broker", "redis://127.0.0.1:1/0", *flags]) == 0
+    assert seen == [False, True]
+
+
+@pytest.mark.integration
+def test_sending_a_task_opens_no_result_subscription(redis_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Waiters here have their own subscription (:class:`Watch`): sending a job's message does not
+    also subscribe this process to its task's result channel."""
+    from mediafleet.workers.app import FleetRedisBackend, send_extract
+
+    settings = Settings(broker_url=f"redis://127.0.0.1:{redis_server.port}/15", blob_root=tmp_path)
+    app = create_app(settings)
+    assert isinstance(app.backend, FleetRedisBackend)
+    manifest = settings.manifest()
+    capability = manifest.capability("ocr_pdf")
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    send_extract(app, request, capability, "token", 4)
+    client = app.backend.client
+    try:
+        assert client.pubsub_numsub(f"celery-task-meta-{request.job_id}") == [(f"celery-task-meta-{request.job_id}".encode(), 0)]
+        assert client.llen(capability.queue(request.device) + "\x06\x165") == 1  # the message was sent
+    finally:
+        client.flushdb()
+
+
+@pytest.mark.integration
+def test_a_closed_watch_serves_the_next_waiter_and_a_discarded_one_does_not(jobs: JobStore) -> None:
+    """A waiter's pub/sub connection goes back to the store when it is done (one connection for a
+    dispatcher's sequential jobs, not a connect and handshake per job); only the channels the
+    current waiter follows wake it."""
+    first = jobs.watch()
+    first.follow("mf-a", "mf-a")
+    first.close()
+    second = jobs.watch()
+    assert second is first
+    second.follow("mf-b", "mf-b")
+    jobs.client.publish(finished_channel("mf-a"), "1")  # the earlier waiter's job: not a wake-up
+    assert second.wait(0.3) is False
+    jobs.announce_finished("mf-b")
+    assert second.wait(5) is True
+    second.discard()
+    assert jobs.watch() is not second
+
+
+@pytest.mark.integration
+def test_a_claim_is_routed_to_the_first_device_class_with_a_live_worker(jobs: JobStore, tmp_path: Path) -> None:
+    """The routed claim reads presence in the same step: held with the reason when no worker of an
+    allowed class is live, else queued for the first allowed class that has one."""
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    gpu = request.model_copy(update={"device": DeviceClass.GPU})
+    cpu = request.model_copy(update={"device": DeviceClass.CPU})
+    candidates = [("mf.ocr_pdf.gpu", gpu), ("mf.ocr_pdf.cpu", cpu)]
+    token, chosen, held = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60)
+    record = jobs.get(request.job_id)
+    assert token is not None and held and chosen.device == DeviceClass.GPU
+    assert record.state == JobState.HELD and record.held_reason == "no live worker" and record.request.device == DeviceClass.GPU
+    assert request.job_id in {r.job_id for r in jobs.held()}
+    assert jobs.claim_routed(candidates, held_reason="x", priority=4, keep_s=60)[0] is None  # a live record: joined
+    jobs.client.delete(jobs.key(request.job_id))
+    Announcer(jobs.client, "cpu@test", "cpu", ["mf.ocr_pdf.cpu"]).start()
+    token, chosen, held = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60)
+    record = jobs.get(request.job_id)
+    assert token is not None and not held and chosen.device == DeviceClass.CPU
+    assert record.state == JobState.QUEUED and record.held_reason is None and record.request.device == DeviceClass.CPU
+    assert record.summary()["device"] == "cpu"
