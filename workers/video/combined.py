@@ -1,7 +1,10 @@
 """mediafleet's own shot detector: hard cuts and gradual transitions from signals of one decoding pass.
 
-Every signal comes from the analysis frame the pass already makes for sharpness and keyframes (the
-small BGR frame of :class:`~mediafleet.workers.video.shots.AnalysisFrames`), once per frame:
+Every signal comes from the small grey frame and thumbnail the pass already makes for sharpness
+(:class:`~mediafleet.workers.video.shots.SignalFrames`). ``mad`` and the contrast are measured on
+every frame; ``pix`` and the colour histogram only where a decision reads them (a still picture's
+frames need ``pix``, a moving one's rarely; the histogram only near a weak content step), from the
+recent frames the detector holds, with the same values as measuring them every frame:
 
 * **content**: the mean absolute colour change between consecutive frames on a ~64-pixel thumbnail
   (``mad``), and the share of analysis-frame pixels whose grey level moved by more than
