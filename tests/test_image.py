@@ -91,7 +91,7 @@ def test_text_png_is_read_with_its_spaces(tmp_path: Path) -> None:
     assert 0.5 <= page.regions[0].confidence <= 1.0
     assert result.producer.engine == "rapidocr-onnxruntime"
     assert {m.name.rsplit(": ", 1)[1] for m in result.producer.models} == {
-        "ch_PP-OCRv4_det_infer.onnx", "PP-OCRv6_rec_small.onnx"}
+        "ch_PP-OCRv4_det_infer.onnx", "PP-OCRv6_rec_tiny.onnx", "PP-OCRv6_rec_small.onnx"}
 
 
 def test_the_thumbnail_goes_to_the_sink_and_only_its_digest_to_the_result(tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ import pytest
 from mediafleet.contract import DeviceClass, Unavailable
 from mediafleet.workers.ocr.ctc import Decoded, decode
 from mediafleet.workers.ocr.device import CUDA_PROVIDER, check_device
-from mediafleet.workers.ocr.engine import OcrEngine, _charset
+from mediafleet.workers.ocr import engine as ocr_engine
+from mediafleet.workers.ocr.engine import OcrEngine, _charset, _fast_recogniser
 from mediafleet.workers.ocr.lines import OcrLine, capitals, join_pieces, normalise
 from mediafleet.workers.ocr.spacing import with_spaces
 
@@ -53,6 +54,34 @@ def test_the_recogniser_brings_its_own_dictionary_and_is_pinned_by_digest() -> N
     rec = [m for m in engine.models() if m.name.startswith("rapidocr ")]
     assert [m.name.rsplit(": ", 1)[1] for m in rec] == ["PP-OCRv6_rec_small.onnx"]
     assert rec[0].digest == "sha256:" + hashlib.sha256(engine._model_paths["rec"].read_bytes()).hexdigest()
+
+
+def test_the_fast_recogniser_is_read_from_its_wheel_and_pinned_by_digest() -> None:
+    # PP-OCRv6 tiny: inside faster-paddle's extension library, found by size and digest, with its
+    # 6,904-character dictionary; same threads as the other sessions.
+    engine = OcrEngine(threads=1)
+    assert engine._fast.get_session_options().intra_op_num_threads == 1
+    assert len(engine._fast_charset) == engine._fast.get_outputs()[0].shape[-1] == 6906
+    assert (engine._fast_charset[0], engine._fast_charset[-1]) == ("blank", " ")
+    assert {"a", "Z", "0", "_"} <= set(engine._fast_charset)
+    fast = [m for m in engine.models() if m.name.startswith("faster-paddle ")]
+    assert [m.name.rsplit(": ", 1)[1] for m in fast] == ["PP-OCRv6_rec_tiny.onnx"]
+    model, _, _ = _fast_recogniser()
+    assert fast[0].digest == "sha256:" + hashlib.sha256(model).hexdigest()
+
+
+def test_lines_the_fast_recogniser_is_unsure_of_are_read_again_by_the_small_one(monkeypatch) -> None:
+    import cv2
+
+    engine = OcrEngine(threads=1)
+    crop = np.full((48, 400, 3), 255, np.uint8)
+    cv2.putText(crop, "Located evidence", (8, 34), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 0, 0), 2)
+    fast = engine._read(engine._fast, engine._fast_charset, [crop], [0])
+    small = engine._read(engine._rec.session.session, engine._charset, [crop], [0])
+    monkeypatch.setattr(ocr_engine, "FALLBACK", 0.0)  # every reading is sure enough
+    assert engine.recognise([crop]) == fast
+    monkeypatch.setattr(ocr_engine, "FALLBACK", 1.01)  # none is
+    assert engine.recognise([crop]) == small
 
 
 def test_a_recogniser_without_a_dictionary_is_refused() -> None:
@@ -140,6 +169,24 @@ def test_a_space_the_recogniser_read_inside_a_word_is_taken_out() -> None:
     # "fi le": its space sits where the ink runs on (a 2 px letter gap against a 16 px x-height).
     crop = _crop([(10, 20), (22, 32), (34, 44), (70, 80)])
     assert with_spaces(_line("ab cd", [15, 27, 30, 39, 75]), crop).text == "abc d"
+
+
+def test_an_unsure_space_far_narrower_than_the_lines_usual_one_is_taken_out() -> None:
+    # Word gaps of 28 px; "b c" sits at a 10 px gap (a monospaced letter cell): out when the
+    # recogniser was unsure of it, kept when it was sure.
+    crop = _crop([(10, 20), (48, 58), (68, 78), (106, 116), (144, 154)], width=200)
+    chars = list("a b c d e")
+    centres = [15, 34, 53, 65, 73, 92, 111, 130, 149]
+    spans = [(c - 4, c + 4) for c in centres]
+    unsure = Decoded(chars=chars, probs=[0.99, 0.99, 0.99, 0.6, 0.99, 0.99, 0.99, 0.99, 0.99], spans=spans)
+    sure = Decoded(chars=chars, probs=[0.99] * 9, spans=spans)
+    assert with_spaces(unsure, crop).text == "a bc d e"
+    assert with_spaces(sure, crop).text == "a b c d e"
+
+
+def test_an_identifier_of_capitals_takes_no_plural_s() -> None:
+    assert capitals("ASN1_SUCCESs") == "ASN1_SUCCESS"
+    assert capitals("PDFs") == "PDFs"
 
 
 # -- text and lines -------------------------------------------------------------------------------

@@ -93,14 +93,16 @@ def test_ocr_lines_lie_inside_the_page_in_points(mixed_result) -> None:
 
 def test_provenance_names_the_ocr_models(mixed_result) -> None:
     producer = mixed_result.producer
-    assert producer.extractor_version == "4"
+    assert producer.extractor_version == "5"
     # The OCR engine's threads change its numbers: named, so they are part of the loci's derivation.
     assert producer.options == {"ocr": "auto", "dpi": 200, "rotated_lines": False, "ocr_threads": 1}
     names = [m.name for m in producer.models]
     assert any(n.endswith("ch_PP-OCRv4_det_infer.onnx") for n in names)
-    # The recogniser (its dictionary inside it) comes from RapidOCR's rapidocr wheel (PP-OCRv6 small).
+    # The recognisers: PP-OCRv6 tiny from the faster-paddle wheel reads every line, PP-OCRv6 small
+    # (its dictionary inside it, from RapidOCR's rapidocr wheel) the lines tiny is unsure of.
     assert any(n.startswith("rapidocr ") and n.endswith(": PP-OCRv6_rec_small.onnx") for n in names)
-    assert all(n.startswith(("rapidocr-onnxruntime ", "rapidocr ")) for n in names)
+    assert any(n.startswith("faster-paddle ") and n.endswith(": PP-OCRv6_rec_tiny.onnx") for n in names)
+    assert all(n.startswith(("rapidocr-onnxruntime ", "rapidocr ", "faster-paddle ")) for n in names)
     assert all(m.digest.startswith("sha256:") for m in producer.models)
 
 

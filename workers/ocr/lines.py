@@ -62,7 +62,8 @@ def capitals(word: str) -> str:
     """A word of capitals with same-shape letters read small ("NoT", "AsN1_succEss") in capitals.
 
     Only when every other letter of the word is a capital, there are at least two of them, and a
-    lone final "s" ("PDFs", "URLs") is the only small letter left alone.
+    lone final "s" ("PDFs", "URLs") is the only small letter left alone, unless the word is an
+    identifier joined by underscores ("ASN1_SUCCESs"), which takes no plural.
     """
     letters = [c for c in word if c.isascii() and c.isalpha()]
     small = [c for c in letters if c.islower()]
@@ -70,7 +71,7 @@ def capitals(word: str) -> str:
         return word
     if len(letters) - len(small) < 2:
         return word
-    if len(small) == 1 and word.rstrip(".,:;!?)]}'\"").endswith("s"):
+    if len(small) == 1 and word.rstrip(".,:;!?)]}'\"").endswith("s") and "_" not in word:
         return word
     return "".join(c.upper() if c.isascii() and c in _SAME_SHAPE else c for c in word)
 

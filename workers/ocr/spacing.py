@@ -25,11 +25,15 @@ import numpy as np
 
 from mediafleet.workers.ocr.ctc import Decoded
 
-__all__ = ["DROP_GAP", "KEEP_WITH_OWN", "WORD_GAP", "with_spaces"]
+__all__ = ["DROP_GAP", "KEEP_WITH_OWN", "NARROW_OWN", "UNSURE", "WORD_GAP", "with_spaces"]
 
 WORD_GAP = 0.6
 KEEP_WITH_OWN = 0.75
 DROP_GAP = 0.25
+NARROW_OWN = 0.6
+UNSURE = 0.9
+# Own spaces a line needs before its usual (median) one is a measure.
+_MIN_OWN = 3
 # Rows with at least this share of the busiest row's ink form the x-height band.
 _XBAND = 0.3
 # Rows with at least this share make the whole text band (ascenders and descenders included).
@@ -85,6 +89,12 @@ def with_spaces(line: Decoded, crop: np.ndarray) -> Decoded:
     dropped = {i for i in inner
                if _widest_blank(blank, int(np.floor(line.spans[i - 1][0])), int(np.ceil(line.spans[i + 1][1])))
                < DROP_GAP * x_height}
+    # A space the recogniser was unsure of and far narrower than the line's usual one is a letter
+    # gap taken for a word gap (the wide cells of monospaced text: "gl obs", "package s").
+    kept = sorted(g for i, g in zip(inner, own, strict=True) if i not in dropped)
+    if len(kept) >= _MIN_OWN:
+        usual = kept[len(kept) // 2]
+        dropped |= {i for i, g in zip(inner, own, strict=True) if g < NARROW_OWN * usual and line.probs[i] < UNSURE}
     own = [g for i, g in zip(inner, own, strict=True) if i not in dropped]
     need = WORD_GAP * x_height
     if own:
