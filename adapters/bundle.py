@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from mediafleet.adapters.drafts import address_json
-from mediafleet.adapters.ids import LOCUS_PREFIX, canonical, locus_refs, ref, token
+from mediafleet.adapters.drafts import set_dict, set_extra, set_fields_set, set_private
+from mediafleet.adapters.ids import LOCUS_PREFIX, canonical, locus_head, ref, token
 from mediafleet.adapters.loci import LocusDraft, to_loci
 from mediafleet.adapters.nogc import collection_paused
 from mediafleet.adapters.prov import ProvFacts, prov_jsonld
@@ -31,23 +31,83 @@ from mediafleet.contract.manifest import Capability
 
 __all__ = ["build_bundle", "refused_bundle", "with_claims"]
 
-_LOCUS_TOKEN_AT = len(LOCUS_PREFIX)  # a locus id is LOCUS_PREFIX + its token
+# The fields-sets the Evidence nodes and their edges share (see mediafleet.adapters.drafts).
+_NODE_FIELDS = {"id", "node_type", "properties"}
+_EDGE_FIELDS = {"source", "target", "relationship"}
 
 
-_new = object.__new__
-_set = object.__setattr__
+def _evidence(
+    drafts: list[LocusDraft], derivation: str, policy: str, subject_json: dict[str, Any], occurrence_id: str,
+    blob_id: str, claim_id: str, nodes: list[Node], edges: list[Edge],
+) -> list[str]:
+    """An Evidence node per draft and its two edges (``extractedFrom`` the occurrence, ``SUPPORTS``
+    the claim), added to ``nodes`` and ``edges``; returns the locus ids, in draft order.
 
-
-def _evidence_node(evidence_id: str, properties: dict[str, Any]) -> Node:
-    """``Node(id=evidence_id, node_type="Evidence", properties=properties)`` without validating it
-    (which would copy the properties, a dict this module just built of JSON values): the fields as
-    validation sets them."""
-    node = _new(Node)
-    _set(node, "__dict__", {"id": evidence_id, "node_type": "Evidence", "properties": properties})
-    _set(node, "__pydantic_fields_set__", {"id", "node_type", "properties"})
-    _set(node, "__pydantic_extra__", None)
-    _set(node, "__pydantic_private__", None)
-    return node
+    Each envelope is ``EvidenceLocus(...).model_dump(mode="json")`` written out: its refs are well
+    formed by construction (the subject, policy and derivation validated once by the caller, each
+    locus id a hash in the locus namespace) and its address was validated by the modality's
+    mapping, so no envelope is validated again per locus. The node is ``Node(id=..., node_type=
+    "Evidence", properties=...)`` and each edge ``Edge(...)`` as validation makes them (of strings
+    and a dict of JSON values this function built: :func:`mediafleet.adapters.drafts.trusted`,
+    inlined), so no model call is made per locus either. The properties are those of
+    ``{"evidence_locus": ..., "occurrence_id": ..., "blob_ref": ..., "locus_kind": ...,
+    **draft.properties, "text": ..., "confidence": ...}`` (text and confidence when set), copied
+    from one template per run of drafts sharing a properties dict (a page's lines) instead of
+    merged afresh for each; the envelopes share one subject value (read-only, as every property
+    is). ``tests/test_pdf_speed_paths.py`` checks all of it against the plain form.
+    """
+    ids: list[str] = []
+    add_id, add_node, add_edge = ids.append, nodes.append, edges.append
+    fork = locus_head(derivation).copy
+    new = object.__new__
+    template: dict[str, Any] = {}
+    shape: tuple[Any, ...] = ()
+    for index, draft in enumerate(drafts):
+        address, text, confidence, properties = draft.address, draft.text, draft.confidence, draft.properties
+        kind = address.kind
+        has_text, has_confidence = text is not None, confidence is not None
+        if shape[:1] != (properties,) or shape[1:] != (kind, has_text, has_confidence):
+            shape = (properties, kind, has_text, has_confidence)
+            template = {"evidence_locus": None, "occurrence_id": occurrence_id, "blob_ref": blob_id,
+                        "locus_kind": kind, **properties}
+            if has_text:
+                template["text"] = None
+            if has_confidence:
+                template["confidence"] = None
+            shared = "evidence_locus" not in properties  # else the draft's own value is kept
+        h = fork()
+        h.update(b"%d" % index)
+        digest = h.hexdigest()[:32]
+        locus_id = LOCUS_PREFIX + digest
+        add_id(locus_id)
+        evidence_id = "evidence:" + digest
+        props = template.copy()
+        if shared:
+            props["evidence_locus"] = {"id": locus_id, "subject": subject_json, "address": dict(address.__dict__),
+                                       "policy_ref": policy, "derivation_ref": derivation}
+        if has_text:
+            props["text"] = text
+        if has_confidence:
+            props["confidence"] = confidence
+        node = new(Node)
+        set_dict(node, {"id": evidence_id, "node_type": "Evidence", "properties": props})
+        set_fields_set(node, _NODE_FIELDS)
+        set_extra(node, None)
+        set_private(node, None)
+        add_node(node)
+        edge = new(Edge)
+        set_dict(edge, {"source": evidence_id, "target": occurrence_id, "relationship": "extractedFrom"})
+        set_fields_set(edge, _EDGE_FIELDS)
+        set_extra(edge, None)
+        set_private(edge, None)
+        add_edge(edge)
+        edge = new(Edge)
+        set_dict(edge, {"source": evidence_id, "target": claim_id, "relationship": "SUPPORTS"})
+        set_fields_set(edge, _EDGE_FIELDS)
+        set_extra(edge, None)
+        set_private(edge, None)
+        add_edge(edge)
+    return ids
 
 
 def _artifact_nodes(artifact: BundleArtifact) -> tuple[list[Node], list[Edge], str, str]:
@@ -176,37 +236,9 @@ def _build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
         checks = {**outcome.checks, "locus_kinds_declared": True, "loci_valid": loci_valid(drafts)}
         claim_id = f"claim:{token('claim', derivation)}"
         confidences = [d.confidence for d in drafts if d.confidence is not None]
-        # Each envelope is EvidenceLocus(...).model_dump(mode="json") written out: its refs are
-        # well formed by construction (the subject, policy and derivation validated once here,
-        # each locus id a hash in the locus namespace) and its address was validated by the
-        # modality's mapping; so no envelope is validated again per locus (their regexes were the
-        # larger part of building a long document's bundle). Edges are handed to the bundle as
-        # plain values and validated there in one pass, not one model call each.
         subject_json = subject.model_dump(mode="json")
-        evidence_ids = locus_refs(derivation, len(drafts))
-        for locus_id, draft in zip(evidence_ids, drafts):
-            address = draft.address
-            evidence_id = "evidence:" + locus_id[_LOCUS_TOKEN_AT:]
-            props: dict[str, Any] = {
-                "evidence_locus": {
-                    "id": locus_id,
-                    "subject": subject_json.copy(),
-                    "address": address_json(address),
-                    "policy_ref": policy,
-                    "derivation_ref": derivation,
-                },
-                "occurrence_id": occurrence_id,
-                "blob_ref": blob_id,
-                "locus_kind": address.kind,
-                **draft.properties,
-            }
-            if draft.text is not None:
-                props["text"] = draft.text
-            if draft.confidence is not None:
-                props["confidence"] = draft.confidence
-            nodes.append(_evidence_node(evidence_id, props))
-            edges.append({"source": evidence_id, "target": occurrence_id, "relationship": "extractedFrom"})  # type: ignore[arg-type]
-            edges.append({"source": evidence_id, "target": claim_id, "relationship": "SUPPORTS"})  # type: ignore[arg-type]
+        evidence_ids = _evidence(drafts, derivation, policy, subject_json, occurrence_id, blob_id, claim_id,
+                                 nodes, edges)
         nodes.append(
             Node(
                 id=claim_id,

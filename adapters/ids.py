@@ -13,7 +13,7 @@ from typing import Any
 
 from mediafleet.contract.locus import opaque_ref
 
-__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_ref", "locus_refs", "ref", "token"]
+__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_head", "locus_ref", "locus_refs", "ref", "token"]
 
 _SEP = "\x1f"
 LOCUS_PREFIX = "eg:locus:"
@@ -57,9 +57,15 @@ def locus_ref(derivation: str, index: int) -> str:
     return LOCUS_PREFIX + token("locus", derivation, str(index))
 
 
+def locus_head(derivation: str) -> Any:
+    """The hash of what every locus id of ``derivation`` starts with: a copy of it updated with a
+    locus's index (its decimal digits) gives :func:`locus_ref`'s token."""
+    return hashlib.sha256(f"locus{_SEP}{derivation}{_SEP}".encode())
+
+
 def locus_refs(derivation: str, count: int) -> list[str]:
     """``[locus_ref(derivation, i) for i in range(count)]``, hashing the common prefix once."""
-    head = hashlib.sha256(f"locus{_SEP}{derivation}{_SEP}".encode())
+    head = locus_head(derivation)
     refs = []
     for index in range(count):
         h = head.copy()

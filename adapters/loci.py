@@ -7,19 +7,21 @@ modality's spec (:attr:`mediafleet.workers.spec.ModalitySpec.loci`).
 from __future__ import annotations
 
 import weakref
+from operator import is_
 from typing import Any
 
 from mediafleet.adapters.drafts import Bounds, LocusDraft
 from mediafleet.adapters.nogc import collection_paused
 from mediafleet.workers.registry import for_modality
 
-__all__ = ["Bounds", "LocusDraft", "to_loci"]
+__all__ = ["Bounds", "LocusDraft", "last_mapped", "to_loci"]
 
 
-# The last result mapped and its drafts. In-process, the worker's check and the bundle map the
-# same (immutable) result one after the other: the second call reuses the first's drafts. The
-# entry holds the result weakly and is dropped when the result is, so no document outlives its run.
-_last: tuple[weakref.ref[Any], str, list[LocusDraft]] | None = None
+# The last result mapped, its drafts and, once checked, whether they are valid (a list of one
+# verdict, see checked_verdict). In-process, the worker's check and the bundle map the same
+# (immutable) result one after the other: the second call reuses the first's drafts and verdict.
+# The entry holds the result weakly and is dropped when the result is, so no document outlives its run.
+_last: tuple[weakref.ref[Any], str, list[LocusDraft], list[bool]] | None = None
 
 
 def _forget(gone: weakref.ref[Any]) -> None:
@@ -39,8 +41,21 @@ def to_loci(result: Any, document_id: str) -> list[LocusDraft]:
         return list(last[2])
     with collection_paused():  # one draft per line of a long document, none in a cycle
         drafts = _mapper(result.kind)(result, document_id)
-    _last = (weakref.ref(result, _forget), document_id, drafts)
+    _last = (weakref.ref(result, _forget), document_id, drafts, [])
     return list(drafts)
+
+
+def last_mapped(drafts: list[LocusDraft]) -> list[bool] | None:
+    """When ``drafts`` are, item for item, the drafts :func:`to_loci` last made (the same
+    objects, so the same frozen values), the place to keep their verdict in: a list empty until
+    one is stored, dropped with the drafts. None for any other list."""
+    last = _last
+    if last is None:
+        return None
+    made = last[2]
+    if len(drafts) != len(made) or not all(map(is_, drafts, made)):
+        return None
+    return last[3]
 
 
 def _mapper(kind: str) -> Any:

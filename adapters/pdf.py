@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from mediafleet.adapters.drafts import Bounds, LocusDraft, drafts_of
+from mediafleet.adapters.drafts import Bounds, LocusDraft, set_dict, set_extra, set_fields_set, set_private
 from mediafleet.contract.addresses import CharacterRange, ImageRegion, PageRegion
 from mediafleet.contract.pdf import PdfResult
-from pydantic import TypeAdapter
 
 __all__ = ["PDF_SPACE", "pdf_loci"]
 
 PDF_SPACE = "pdf_points_top_left"
-_IMAGE_REGIONS: TypeAdapter[list[ImageRegion]] = TypeAdapter(list[ImageRegion])
+_SET_DRAFT = LocusDraft.__dict__["__dict__"].__set__  # a frozen dataclass's __dict__, set in one step
+_REGION_FIELDS = {"x", "y", "width", "height"}  # shared by the regions (see mediafleet.adapters.drafts)
 
 
 def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
@@ -21,6 +21,7 @@ def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
     total_text = sum(len(p.text) for p in result.pages) + max(len(result.pages) - 1, 0)
     drafts: list[LocusDraft] = []
     offset = 0
+    new = object.__new__
     for page in result.pages:
         page_bounds = Bounds(width=page.width, height=page.height)
         on_page = {"page": page.page, "coordinate_space": PDF_SPACE, "path": page.path}
@@ -44,13 +45,23 @@ def pdf_loci(result: PdfResult, document_id: str) -> list[LocusDraft]:
                 )
             )
         if page.boxes:
-            # One ImageRegion per line, validated in one call; its lines share one properties dict
-            # (read-only, as every draft's): what line_locus makes, line by line.
+            # One ImageRegion per line; its lines share one properties dict (read-only, as every
+            # draft's). A line's box is a validated TextBox, whose rules (finite floats, width and
+            # height > 0) are an ImageRegion's: the region is built as validation would build it
+            # (mediafleet.adapters.drafts.trusted, inlined), and its draft as drafts_of does.
             line_props = {"image_id": f"{document_id}:page{page.page}", **on_page}
-            regions = _IMAGE_REGIONS.validate_python(
-                [{"x": b.x, "y": b.y, "width": b.width, "height": b.height} for b in page.boxes]
-            )
-            drafts.extend(drafts_of(regions, page_bounds, [b.text for b in page.boxes],
-                                    [b.confidence for b in page.boxes], line_props))
+            add = drafts.append
+            for box in page.boxes:
+                values = box.__dict__
+                region = new(ImageRegion)
+                set_dict(region, {"x": values["x"], "y": values["y"], "width": values["width"],
+                                  "height": values["height"], "kind": "image_region"})
+                set_fields_set(region, _REGION_FIELDS)
+                set_extra(region, None)
+                set_private(region, None)
+                draft = new(LocusDraft)
+                _SET_DRAFT(draft, {"address": region, "bounds": page_bounds, "text": values["text"],
+                                   "confidence": values["confidence"], "properties": line_props})
+                add(draft)
         offset += len(page.text) + 1
     return drafts

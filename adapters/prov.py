@@ -83,12 +83,15 @@ def prov_jsonld(facts: ProvFacts) -> dict[str, Any]:
         },
     ]
     derived = [*facts.locus_ids, *([facts.claim_id] if facts.claim_id else [])]
+    # Every derived entity points at the same activity and artifact: one value of each, shared
+    # (read-only, as the whole document is), instead of two new dicts per locus.
+    generated_by, derived_from = {"@id": activity}, {"@id": artifact}
     graph.extend([
         {
             "@id": node_id if node_id.startswith("eg:") else _iri(node_id),  # _iri, without a call per locus
             "@type": "prov:Entity",
-            "prov:wasGeneratedBy": {"@id": activity},
-            "prov:wasDerivedFrom": {"@id": artifact},
+            "prov:wasGeneratedBy": generated_by,
+            "prov:wasDerivedFrom": derived_from,
         }
         for node_id in derived
     ])

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, get_args
 
 from mediafleet.adapters.drafts import Bounds, LocusDraft
+from mediafleet.adapters.loci import last_mapped
 from mediafleet.contract.addresses import EvidenceAddress
 
 __all__ = ["inside", "loci_valid"]
@@ -58,7 +59,22 @@ def inside(draft: LocusDraft) -> bool:
 
 
 def loci_valid(drafts: Sequence[LocusDraft]) -> bool:
-    """Every address is one of the contract's (validated when built) and lies inside its extent."""
+    """Every address is one of the contract's (validated when built) and lies inside its extent.
+
+    The drafts :func:`mediafleet.adapters.loci.to_loci` made last are checked once: in-process,
+    the worker's check and the bundle's ask about the same draft objects, and the second gets the
+    first's verdict (frozen drafts cannot have changed). Any other drafts are checked afresh.
+    """
+    verdict = last_mapped(drafts) if isinstance(drafts, list) else None
+    if verdict:
+        return verdict[0]
+    valid = _check(drafts)
+    if verdict is not None:
+        verdict.append(valid)
+    return valid
+
+
+def _check(drafts: Sequence[LocusDraft]) -> bool:
     rules = _INSIDE
     for draft in drafts:  # inside(draft) for each, inlined: one call per locus of a long document
         address = draft.address

@@ -1,20 +1,29 @@
 """The PDF path's fast ways give exactly what the plain ways give.
 
-The reading order, the evidence nodes, the drafts and the addresses' JSON are built on the hot
-path without a per-item model call or a second sort; each is checked here against the plain form
-it replaces (a straightforward XY-cut, validated models, ``model_dump``).
+The reading order, the text blocks, the line boxes, pages, drafts, evidence nodes, edges, PROV
+entities and the addresses' JSON are built on the hot path without a per-item model call or a
+second sort; each is checked here against the plain form it replaces (a straightforward XY-cut,
+``get_text``, validated models, ``model_dump``), and each check done once against doing it again.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import random
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
+from mediafleet.adapters import bundle as bundle_module
+from mediafleet.adapters import loci as loci_module
 from mediafleet.adapters.drafts import Bounds, LocusDraft, address_json, drafts_of
 from mediafleet.adapters.ids import locus_ref, locus_refs
 from mediafleet.adapters.nogc import collection_paused
+from mediafleet.adapters.pdf import pdf_loci
+from mediafleet.adapters.prov import ProvFacts, prov_jsonld
+from mediafleet.adapters.verify import loci_valid
 from mediafleet.contract.addresses import (
     AudioRange,
     CharacterRange,
@@ -24,6 +33,13 @@ from mediafleet.contract.addresses import (
     VideoTimeRange,
 )
 from mediafleet.contract.bundle import Edge, Node
+from mediafleet.contract.common import TextBox
+from mediafleet.contract.locus import EvidenceLocus
+from mediafleet.contract.manifest import Limits
+from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
+from mediafleet.workers.pdf import mupdf as mupdf_module
+from mediafleet.workers.pdf import textlayer
+from mediafleet.workers.pdf.mupdf import pymupdf, text_blocks
 from mediafleet.workers.reading_order import reading_order_indices
 
 from mediafleet import Dispatcher, Settings
@@ -195,3 +211,207 @@ def test_whitespace_only_text_is_what_the_regex_calls_whitespace() -> None:
     spaces = "".join(re.findall(r"\s", every))
     assert spaces.isspace() and all(c.isspace() == bool(re.fullmatch(r"\s", c)) for c in every)
 
+
+
+# --- The text layer's lines, pages and loci built as validation builds them -------------------
+
+
+def _mixed_pdf() -> bytes:
+    """Lines as the extractor meets them: soft hyphens, a blank line, one partly and one wholly
+    off the page, two columns, several spans on one line."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((50, 60), "exam\xadple soft\xad", fontsize=10)
+    page.insert_text((50, 80), "well-", fontsize=10)
+    page.insert_text((50, 92), "known two", fontsize=10)
+    page.insert_text((300, 60), "right column line", fontsize=10)
+    page.insert_text((50, 120), "   ", fontsize=10)
+    page.insert_text((-50, 200), "partly off the page to the left", fontsize=10)
+    page.insert_text((50, 900), "wholly below the page", fontsize=10)
+    writer = pymupdf.TextWriter(page.rect)
+    writer.append((50, 300), "one line ", fontsize=10)
+    writer.append(writer.last_point, "in two fonts", font=pymupdf.Font("cour"), fontsize=12)
+    writer.write_text(page)
+    data = doc.tobytes()
+    doc.close()
+    return data
+
+
+@pytest.fixture(scope="module")
+def pdfs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    tmp = tmp_path_factory.mktemp("pdfs")
+    made = {"mixed": _mixed_pdf(), **{f"rot{r}": text_pdf(2, rotation=r) for r in (0, 90, 180, 270)}}
+    paths = []
+    for name, data in made.items():
+        path = tmp / f"{name}.pdf"
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+def test_the_text_blocks_are_get_texts(pdfs: list[Path]) -> None:
+    assert mupdf_module._DIRECT  # the direct form is the one under test here
+    for path in pdfs:
+        with pymupdf.open(path) as doc:
+            for page in doc:
+                flags = textlayer._TEXT_FLAGS
+                assert text_blocks(page, flags, page.rotation) == page.get_text("dict", flags=flags)["blocks"]
+
+
+def _same_model(made: Any, plain: Any) -> None:
+    assert type(made) is type(plain) and made == plain
+    assert made.__pydantic_fields_set__ == plain.__pydantic_fields_set__
+    assert made.model_dump_json() == plain.model_dump_json()
+    assert list(made.__dict__) == list(plain.__dict__)
+
+
+def test_line_boxes_are_what_validation_makes(pdfs: list[Path]) -> None:
+    seen = 0
+    for path in pdfs:
+        with pymupdf.open(path) as doc:
+            for page in doc:
+                boxes = textlayer._lines(page, page.rect, page.rotation)[0]
+                for box in boxes:
+                    _same_model(box, TextBox.model_validate(
+                        {"text": box.text, "x": box.x, "y": box.y, "width": box.width, "height": box.height}))
+                assert list(textlayer.page_lines(page)) == boxes
+                seen += len(boxes)
+    assert seen > 20
+
+
+def test_pages_and_line_loci_are_what_validation_makes(pdfs: list[Path]) -> None:
+    for path in pdfs:
+        result = textlayer.extract_pdf(path, PdfOptions(), Limits(max_bytes=10**9))
+        for page in result.pages:
+            _same_model(page, PdfPage(page=page.page, width=page.width, height=page.height, rotation=page.rotation,
+                                      text=page.text, path=page.path, boxes=list(page.boxes)))
+        drafts = pdf_loci(result, DOCUMENT)
+        lines = [d for d in drafts if d.address.kind == "image_region"]
+        assert len(lines) == sum(len(p.boxes) for p in result.pages) > 0
+        plain = pdf_loci_plain(result, DOCUMENT)
+        assert drafts == plain
+        for made, want in zip(drafts, plain, strict=True):
+            _same_model(made.address, want.address)
+            assert vars(made) == vars(want)
+
+
+DOCUMENT = "sha256:" + "cd" * 32
+
+
+def pdf_loci_plain(result: PdfResult, document_id: str) -> list[LocusDraft]:
+    """pdf_loci as first written: every address validated, every draft made by its constructor."""
+    total_text = sum(len(p.text) for p in result.pages) + max(len(result.pages) - 1, 0)
+    drafts, offset = [], 0
+    for page in result.pages:
+        bounds = Bounds(width=page.width, height=page.height)
+        on_page = {"page": page.page, "coordinate_space": "pdf_points_top_left", "path": page.path}
+        if page.ocr_reason is not None:
+            on_page["ocr_reason"] = page.ocr_reason
+        drafts.append(LocusDraft(PageRegion(page=page.page, x=0.0, y=0.0, width=page.width, height=page.height),
+                                 bounds, properties=dict(on_page)))
+        if page.text:
+            drafts.append(LocusDraft(CharacterRange(start=offset, end=offset + len(page.text)),
+                                     Bounds(text_length=total_text), page.text, page.confidence,
+                                     {"page": page.page, "path": page.path, "text_unit": "unicode_code_points"}))
+        line_props = {"image_id": f"{document_id}:page{page.page}", **on_page}
+        for b in page.boxes:
+            drafts.append(LocusDraft(ImageRegion(x=b.x, y=b.y, width=b.width, height=b.height), bounds, b.text,
+                                     b.confidence, line_props))
+        offset += len(page.text) + 1
+    return drafts
+
+
+# --- The bundle's evidence nodes and PROV, against the plain forms ---------------------------
+
+
+def _plain_evidence(drafts, derivation, policy, subject_json, occurrence_id, blob_id, claim_id):
+    """The Evidence nodes, edges and locus ids as first written: models validated one by one."""
+    nodes, edges, ids = [], [], []
+    for index, draft in enumerate(drafts):
+        locus_id = locus_ref(derivation, index)
+        evidence_id = "evidence:" + locus_id[len("eg:locus:"):]
+        envelope = EvidenceLocus(id=locus_id, subject=subject_json, address=draft.address, policy_ref=policy,
+                                 derivation_ref=derivation).model_dump(mode="json")
+        props = {"evidence_locus": envelope, "occurrence_id": occurrence_id, "blob_ref": blob_id,
+                 "locus_kind": draft.address.kind, **draft.properties}
+        if draft.text is not None:
+            props["text"] = draft.text
+        if draft.confidence is not None:
+            props["confidence"] = draft.confidence
+        nodes.append(Node(id=evidence_id, node_type="Evidence", properties=props))
+        edges.append(Edge(source=evidence_id, target=occurrence_id, relationship="extractedFrom"))
+        edges.append(Edge(source=evidence_id, target=claim_id, relationship="SUPPORTS"))
+        ids.append(locus_id)
+    return nodes, edges, ids
+
+
+def test_evidence_nodes_and_edges_are_the_plain_ones() -> None:
+    region = ImageRegion(x=1.0, y=2.0, width=3.0, height=4.0)
+    bounds = Bounds(width=10.0, height=10.0)
+    shared = {"image_id": "doc:page1", "page": 1}
+    odd = {"text": "the properties' own", "locus_kind": "theirs", "confidence": 0.25}
+    own = {"evidence_locus": {"id": "kept"}, "page": 2}
+    drafts = [
+        LocusDraft(PageRegion(page=1, x=0.0, y=0.0, width=10.0, height=10.0), bounds, properties={"page": 1}),
+        LocusDraft(CharacterRange(start=0, end=5), Bounds(text_length=9), "hello", 0.5, {"page": 1}),
+        *[LocusDraft(region, bounds, f"line {i}", None, shared) for i in range(3)],
+        LocusDraft(region, bounds, "with confidence", 0.75, shared),
+        LocusDraft(region, bounds, None, None, shared),
+        LocusDraft(region, bounds, "text over theirs", None, odd),
+        LocusDraft(region, bounds, None, None, odd),
+        LocusDraft(region, bounds, "own envelope", None, own),
+        LocusDraft(AudioRange(start_ms=0, end_ms=5), Bounds(duration_ms=9), "spoken", 0.9, {}),
+    ]
+    facts = ("eg:derivation:" + "ab" * 16, "eg:policy:" + "cd" * 16,
+             {"kind": "occurrence", "id": "eg:occurrence:" + "ef" * 16}, "occurrence:" + "ef" * 16,
+             "blob:" + "01" * 32, "claim:" + "23" * 16)
+    nodes, edges = [], []
+    ids = bundle_module._evidence(drafts, *facts, nodes, edges)
+    plain_nodes, plain_edges, plain_ids = _plain_evidence(drafts, *facts)
+    assert ids == plain_ids
+    for made, want in zip(nodes, plain_nodes, strict=True):
+        _same_model(made, want)
+        assert list(made.properties) == list(want.properties)
+    for made, want in zip(edges, plain_edges, strict=True):
+        _same_model(made, want)
+
+
+def test_prov_entities_are_the_plain_ones() -> None:
+    from datetime import UTC, datetime
+
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    facts = ProvFacts("activity:" + "1" * 32, "blob:" + "2" * 64, "sha256:" + "2" * 64, "application/pdf",
+                      "agent:" + "3" * 32, "label", {"engine": "pymupdf"}, "ocr_pdf", "ok", at, at,
+                      [locus_ref("eg:derivation:" + "ab" * 16, i) for i in range(3)], "claim:" + "4" * 32)
+    document = prov_jsonld(facts)
+    entities = document["@graph"][3:]
+    plain = [{"@id": i if i.startswith("eg:") else f"urn:mediafleet:{i}", "@type": "prov:Entity",
+              "prov:wasGeneratedBy": {"@id": "urn:mediafleet:" + facts.activity_id},
+              "prov:wasDerivedFrom": {"@id": "urn:mediafleet:" + facts.artifact_id}}
+             for i in [*facts.locus_ids, facts.claim_id]]
+    assert entities == plain
+    assert json.dumps(document) == json.dumps({**document, "@graph": [*document["@graph"][:3], *plain]})
+
+
+# --- Checks done once -------------------------------------------------------------------------
+
+
+def test_the_drafts_mapped_last_are_checked_once_and_others_afresh(pdfs: list[Path]) -> None:
+    result = textlayer.extract_pdf(pdfs[1], PdfOptions(), Limits(max_bytes=10**9))
+    drafts = loci_module.to_loci(result, DOCUMENT)
+    slot = loci_module.last_mapped(drafts)
+    assert slot == [] and loci_valid(drafts) and slot == [True]
+    assert loci_valid(loci_module.to_loci(result, DOCUMENT))  # the same drafts: the kept verdict
+    outside = LocusDraft(ImageRegion(x=0.0, y=0.0, width=1e6, height=1.0), Bounds(width=10.0, height=10.0))
+    changed = [*drafts[:-1], outside]
+    assert loci_module.last_mapped(changed) is None and not loci_valid(changed)
+    assert loci_module.last_mapped(drafts[:-1]) is None and loci_valid(drafts[:-1])
+    assert loci_valid(tuple(drafts)) and not loci_valid((*drafts, outside))
+
+
+def test_a_printable_text_without_a_replacement_character_has_no_garbage() -> None:
+    """The classifier skips its expression for such a text: no character of it can match."""
+    from mediafleet.workers.pdf.classify import _GARBAGE
+
+    matched = [c for c in map(chr, range(0x110000)) if _GARBAGE.match(c) and c.isprintable() and c != "\ufffd"]
+    assert not matched

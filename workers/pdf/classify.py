@@ -70,7 +70,11 @@ def text_layer_reason(page: Any, rect: Any, text: str, text_area: float,
         return "requested"
     if not text or text.isspace():  # no character but whitespace (str.isspace is regex \s)
         return "no_text"
-    if _GARBAGE.search(text) is not None:  # counted only when there is any: most pages have none
+    # Garbage is U+FFFD or a character of Cc, Co or Cs; none of those but U+FFFD (and whitespace
+    # controls, which are not garbage) is printable. So a printable text without U+FFFD has none,
+    # found by two scans in C instead of the expression's; only another text is searched.
+    clean = text.isprintable() and "\ufffd" not in text
+    if not clean and _GARBAGE.search(text) is not None:  # counted only when there is any: most pages have none
         chars = len(text) - len(_SPACE.findall(text))
         if len(_GARBAGE.findall(text)) >= GARBAGE_SHARE * chars:
             return "unmapped_glyphs"

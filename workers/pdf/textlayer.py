@@ -23,18 +23,18 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from mediafleet.adapters.drafts import set_dict, set_extra, set_fields_set, set_private, trusted
 from mediafleet.adapters.nogc import collection_paused
 from mediafleet.contract.common import ModelRef, Producer, TextBox
 from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
 from mediafleet.contract.manifest import Limits
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
 from mediafleet.workers.pdf.classify import text_layer_reason
-from mediafleet.workers.pdf.mupdf import pymupdf
+from mediafleet.workers.pdf.mupdf import pymupdf, text_blocks
 from mediafleet.workers.pdf.spec import SPEC
 from mediafleet.workers.reading_order import reading_order_indices
 from mediafleet.workers.sink import BlobSink
 from mediafleet.workers.spec import ProgressFn
-from pydantic import TypeAdapter
 
 __all__ = ["extract_pdf", "open_pdf", "page_lines", "page_range", "page_text"]
 
@@ -78,29 +78,35 @@ def page_lines(page: Any) -> Iterator[TextBox]:
     MuPDF reports boxes on the unrotated page; they are turned with the page's rotation matrix
     and cut to the visible page. A line wholly outside the page is not visible and is skipped.
     """
-    yield from _TEXT_BOXES.validate_python(_lines(page, page.rect, page.rotation)[0])
+    yield from _lines(page, page.rect, page.rotation)[0]
 
 
-# The TextBox fields of a line, as a dict: the boxes of a page are validated in one call.
-_Line = dict[str, Any]
 _Rect = tuple[float, float, float, float, int]
-_TEXT_BOXES: TypeAdapter[list[TextBox]] = TypeAdapter(list[TextBox])
+_BOX_FIELDS = {"text", "x", "y", "width", "height"}  # shared by the boxes (see mediafleet.adapters.drafts)
 _IDENTITY = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
-def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[_Line], list[_Rect], list[str], float]:
-    """The page's lines as :func:`page_lines` gives them (TextBox fields, content order), each
-    one's ``(x0, y0, x1, y1, index)`` as reading order takes it (``x1`` as ``x + width``, as from
-    the box), their texts and the sum of their box areas. ``rect`` and ``rotation`` are the
-    page's (each a MuPDF call)."""
+def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[TextBox], list[_Rect], list[str], float]:
+    """The page's lines as :func:`page_lines` gives them (content order), each one's
+    ``(x0, y0, x1, y1, index)`` as reading order takes it (``x1`` as ``x + width``, as from the
+    box), their texts and the sum of their box areas. ``rect`` and ``rotation`` are the page's
+    (each a MuPDF call).
+
+    Each :class:`TextBox` is built as validation builds it (:func:`mediafleet.adapters.drafts.trusted`,
+    inlined): the checks here are its rules. The text is a non-empty string; each box edge is a
+    float cut to ``[0, page side]`` (a NaN or infinite MuPDF value never survives ``right > left``
+    and ``bottom > top``), so every box is finite with a positive width and height.
+    """
     # A page of rotation 0 has the identity matrix (PyMuPDF's own rule): not asked for.
     a, b, c, d, e, f = _IDENTITY if rotation == 0 else page.rotation_matrix
     width, height = rect.width, rect.height
-    lines: list[_Line] = []
+    lines: list[TextBox] = []
     rects: list[_Rect] = []
     texts: list[str] = []
     area = 0.0
-    for block in page.get_text("dict", flags=_TEXT_FLAGS)["blocks"]:
+    new, box_type = object.__new__, TextBox
+    add_line, add_rect, add_text = lines.append, rects.append, texts.append
+    for block in text_blocks(page, _TEXT_FLAGS, rotation):
         for line in block.get("lines", ()):
             spans = line["spans"]
             text = spans[0]["text"] if len(spans) == 1 else "".join([span["text"] for span in spans])
@@ -123,9 +129,14 @@ def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[_Line], list[_Rect
                 continue
             w, h = right - left, bottom - top
             area += w * h
-            rects.append((left, top, left + w, top + h, len(lines)))
-            lines.append({"text": text, "x": left, "y": top, "width": w, "height": h})
-            texts.append(text)
+            add_rect((left, top, left + w, top + h, len(lines)))
+            box = new(box_type)
+            set_dict(box, {"text": text, "x": left, "y": top, "width": w, "height": h, "confidence": None})
+            set_fields_set(box, _BOX_FIELDS)
+            set_extra(box, None)
+            set_private(box, None)
+            add_line(box)
+            add_text(text)
     return lines, rects, texts, area
 
 
@@ -205,16 +216,18 @@ def _read_page(doc: Any, index: int, options: PdfOptions, limits: Limits, ocr: _
         from mediafleet.workers.pdf.ocr_page import ocr_page
 
         return ocr_page(page, index + 1, options, limits, reason, ocr.get())
-    boxes = _TEXT_BOXES.validate_python([lines[i] for i in reading_order_indices(rects)])
-    return PdfPage(
+    boxes = [lines[i] for i in reading_order_indices(rects)]
+    # The page's own values (its size is the PDF's, not ours) are validated; its boxes are
+    # TextBoxes already, which validation would only check one by one for being TextBoxes.
+    head = PdfPage(
         page=index + 1,
         width=rect.width,
         height=rect.height,
         rotation=rotation % 360,
         text=page_text(boxes),
         path="text_layer",
-        boxes=boxes,
     )
+    return trusted(PdfPage, {**head.__dict__, "boxes": boxes}, {*head.__pydantic_fields_set__, "boxes"})
 
 
 def page_range(page_span: tuple[int, int] | None, page_count: int) -> tuple[int, int]:
