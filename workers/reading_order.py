@@ -13,7 +13,7 @@ neighbouring lines do not glue a page into one block.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import accumulate
+from itertools import accumulate, islice
 from operator import itemgetter, sub
 from typing import TypeVar
 
@@ -38,13 +38,18 @@ def _groups(items: list[_Item], axis: int, overlap: float) -> _Groups:
     """Items split along ``axis`` (0: x, 1: y) wherever the projections do not overlap, with each
     group's extent along the axis (its first item's start, items being sorted by start; the
     largest end)."""
+    return _grouped(sorted(items, key=_BY_X if axis == 0 else _BY_Y), axis, overlap)
+
+
+def _grouped(ordered: list[_Item], axis: int, overlap: float) -> _Groups:
+    """:func:`_groups` of items already sorted along ``axis`` by (start, end)."""
     lo, hi = (0, 2) if axis == 0 else (1, 3)
     groups: list[list[_Item]] = []
     starts: list[float] = []
     ends: list[float] = []
     group: list[_Item] = []
     end = last_size = 0.0
-    for it in sorted(items, key=_BY_X if axis == 0 else _BY_Y):
+    for it in ordered:
         start, stop = it[lo], it[hi]
         size = stop - start
         if group and end - start > overlap * (last_size if last_size < size else size):  # noqa: FURB136 (min(), inlined)
@@ -132,6 +137,20 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             # row left to right.
             _read_rows(rows, order)
             continue
+        if gaps is not None and len(rows) > 1 and -common <= _COLUMN_GAP_RATIO * min(gaps):
+            # Every region the cuts between rows make of this one has no cut between columns that
+            # could win: its own max x0 - min x1 is at most this one's, and its gaps between rows
+            # at least these (the smallest of them included). So the cuts only ever split between
+            # rows, down to single rows, top before bottom: the region reads as its rows in
+            # order, each row read as a region of its own (a row alone may still hold columns).
+            # The leading rows of one box each are read at once; the rest wait on the stack.
+            first = 0
+            while first < len(rows) and len(rows[first]) == 1:
+                order.append(rows[first][0][4])
+                first += 1
+            stack.extend([(rows[i], ([rows[i]], row_starts[i:i + 1], row_ends[i:i + 1], []))
+                          for i in range(len(rows) - 1, first - 1, -1)])
+            continue
         if len(rows) <= 1:
             h = None
         elif gaps is not None:
@@ -143,8 +162,13 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             # No gap between columns can be wider than max x0 - min x1: none could beat this cut.
             v = None
         else:
-            cols, col_starts, col_ends = _groups(region, 0, overlap)
-            v = _best_cut(col_starts, col_ends, min_column) if len(cols) > 1 else None
+            by_x = sorted(region, key=_BY_X)
+            if h is not None and _widest_x_gap(by_x) <= _COLUMN_GAP_RATIO * h[0]:
+                # Nor wider than the widest gap along x, which is found without grouping.
+                v = None
+            else:
+                cols, col_starts, col_ends = _grouped(by_x, 0, overlap)
+                v = _best_cut(col_starts, col_ends, min_column) if len(cols) > 1 else None
         if v is not None and (h is None or v[0] > _COLUMN_GAP_RATIO * h[0]):
             k = v[1]
             stack.append(([it for g in cols[k:] for it in g], None))
@@ -162,6 +186,14 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
         else:
             _read_rows(rows, order)
     return order
+
+
+def _widest_x_gap(by_x: list[_Item]) -> float:
+    """The widest gap along x between an item and every item before it, items sorted by (x0, x1):
+    ``max(x0[j] - max(x1[:j]))``. A cut between columns (:func:`_best_cut` of :func:`_grouped`)
+    is at a group's first item and its gap is exactly that item's term, so no cut between columns
+    is wider than this."""
+    return max(map(sub, map(_X0, islice(by_x, 1, None)), accumulate(map(_X1, by_x), max)))
 
 
 def _row_gaps(starts: list[float], ends: list[float]) -> list[float] | None:
