@@ -15,13 +15,15 @@ so a busy machine slows both alike, and each is reported as the median of its ro
 Split across workers (``benchmarks/pdf_split.py``): one long PDF as one task on one worker, and
 split into page ranges on one and on two single-thread workers; the generated PDF in the shipped
 ranges of 32 pages, and a scanned 8-page PDF (OCR) in ranges of 2.
-Run: ``.venv/bin/python -m benchmarks.bench_pdf [pages] [--rounds N] [--no-fleet]`` (``--help``).
+Run: ``.venv/bin/python -m benchmarks.bench_pdf [pages] [--rounds N] [--no-fleet] [--speed-only]``
+(``--help``; ``--speed-only``: the in-process vs bare ratios alone, printed with the load average).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -119,6 +121,26 @@ def _through_redis(pages: int, small_jobs: int, smalls: list[bytes], tmp: Path) 
     return t_fleet, t_small_fleet
 
 
+def speed(pages: int = 500, rounds: int = 5) -> None:
+    """Only the in-process speed against bare PyMuPDF: the generated PDF and the real ones, in
+    interleaved rounds, printed (nothing written: the results file holds the whole run's figures)."""
+    tmp = Path(tempfile.mkdtemp(prefix="mf-bench-pdf-"))
+    path = tmp / "big.pdf"
+    path.write_bytes(make_pdf(pages))
+    local = Dispatcher(Settings(blob_root=tmp / "blobs"))
+    rows = [("PDF", "pages", "bare pages/s", "mediafleet pages/s", "vs bare")]
+    for doc_path, rounds_here in [(path, rounds), *[(p, max(rounds, 7)) for p in real_pdfs(3)]]:
+        local.submit(doc_path).bundle()  # warm: the first run of a file pays for its blob copy and imports
+        both = interleaved({"bare": lambda p=doc_path: bare(p), "local": lambda p=doc_path: local.submit(p).bundle()},
+                           rounds_here)
+        n = page_count(doc_path)
+        rows.append((doc_path.name if doc_path != path else f"generated ({pages} pages, 40 lines each)", str(n),
+                     f"{n / both['bare']:,.0f}", f"{n / both['local']:,.0f}", f"{both['bare'] / both['local']:.2f}x"))
+    print(table(rows))
+    print(f"medians of interleaved rounds ({rounds} generated, {max(rounds, 7)} real); load average "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+
+
 def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bool = True) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-pdf-"))
     path = tmp / "big.pdf"
@@ -210,5 +232,10 @@ if __name__ == "__main__":
         parser.add_argument("--rounds", type=int, default=5,
                             help="interleaved rounds of bare and in-process (5; at least 7 on real PDFs)")
         parser.add_argument("--no-fleet", action="store_true", help="skip the runs through Redis and a worker")
+        parser.add_argument("--speed-only", action="store_true",
+                            help="only in-process vs bare PyMuPDF on the generated and the real PDFs (nothing written)")
         args = parser.parse_args()
-        main(args.pages, rounds=args.rounds, with_fleet=not args.no_fleet)
+        if args.speed_only:
+            speed(args.pages, rounds=args.rounds)
+        else:
+            main(args.pages, rounds=args.rounds, with_fleet=not args.no_fleet)
