@@ -352,8 +352,7 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         print(f"mediafleet extract: {exc}", file=sys.stderr)
         return EXIT_USAGE
     dispatcher = Dispatcher(settings, manifest=manifest)
-    if dispatcher.in_process and args.out and args.jsonl and not (args.json or args.report) \
-            and settings.discovery_index is None:
+    if dispatcher.in_process and args.out and not (args.json or args.report) and settings.discovery_index is None:
         dispatcher.orchestrator = _StreamedPdfs(dispatcher.orchestrator)  # type: ignore[assignment]
     try:
         return _extract_all(queue, args, settings, manifest, dispatcher, options, status)
@@ -474,8 +473,9 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         pending = getattr(job, "inner", job)  # a ClaimedJob's own job
         if isinstance(pending, _PendingPdf):
             stem = f"{item.name}.{pending.request.artifact.digest.removeprefix('sha256:')[:12]}"
-            written = pending.write(Path(args.out, f"{stem}.bundle.jsonl"), Path(args.out, f"{stem}.prov.ttl"),
-                                    getattr(job, "claims", None))
+            form = "jsonl" if args.jsonl else "json"
+            written = pending.write(Path(args.out, f"{stem}.bundle.{form}"), Path(args.out, f"{stem}.prov.ttl"),
+                                    getattr(job, "claims", None), form)
             show.clear()
             return _written(item.name, written, saved)
         bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
@@ -536,8 +536,9 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
 
 class _StreamedPdfs:
     """The in-process orchestrator, with each PDF job it may run in ranges left pending, for
-    ``extract --out DIR --jsonl`` to write its bundle as it is made (:mod:`mediafleet.workers.pdf.stream`)
-    instead of holding it whole; every other job runs as before."""
+    ``extract --out DIR`` to write its bundle (either form) and Turtle as they are made
+    (:mod:`mediafleet.workers.pdf.stream`) instead of holding the bundle whole; every other job runs
+    as before."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -569,15 +570,16 @@ class _PendingPdf:
         """The bundle held whole, as the in-process orchestrator makes it."""
         return self.orchestrator.start(self.request, self.capability, self.submission).bundle()
 
-    def write(self, lines_to: Path, turtle_to: Path, claims: Any) -> Any:
+    def write(self, bundle_to: Path, turtle_to: Path, claims: Any, form: str) -> Any:
         from mediafleet.workers.pdf.stream import write_pdf_bundle
 
         return write_pdf_bundle(self.request, self.capability, self.orchestrator.manifest, self.orchestrator.store,
-                                lines_to, turtle_to=turtle_to, claims=claims, progress=self.submission.get("progress"))
+                                bundle_to, turtle_to=turtle_to, claims=claims, progress=self.submission.get("progress"),
+                                form=form)
 
 
 def _written(name: str, written: Any, saved: _Saved) -> int:
-    """Show a bundle written as it was made (``--out DIR --jsonl``); returns its exit status."""
+    """Show a bundle written as it was made (``--out DIR``); returns its exit status."""
     status = EXIT_OK
     if written.status != "ok":
         status = EXIT_FAILED

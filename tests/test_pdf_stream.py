@@ -1,6 +1,7 @@
-"""A PDF's bundle written as it is made (``workers/pdf/stream.py``): byte for byte the one-run bundle's
-stream, the one-run failure when a range fails, nothing complete-looking left when it is cut off,
-the CLI's ``--out --jsonl`` path, and a peak memory that does not grow with the pages."""
+"""A PDF's bundle written as it is made (``workers/pdf/stream.py``): byte for byte the one-run
+bundle as JSON Lines and as indented JSON, the one-run failure when a range fails, nothing
+complete-looking left when it is cut off, the CLI's ``--out`` path, and a peak memory that does not
+grow with the pages."""
 
 from __future__ import annotations
 
@@ -117,6 +118,8 @@ def test_the_stream_is_byte_for_byte_the_one_run_bundles(tmp_path: Path) -> None
     assert ttl.read_text(encoding="utf-8") == to_turtle(whole.prov)
     assert written.status == "ok" and written.summary_lines("doc") == summary_lines("doc", whole)
     assert sorted(p.name for p in lines.parent.iterdir()) == ["doc.jsonl", "doc.ttl"]  # no temporary left
+    written, indented, _ = run.streamed("indented", range_pages=32, form="json")
+    assert indented.read_text(encoding="utf-8") == whole.model_dump_json(indent=2)
 
     claims = CallerClaims(media_type="application/pdf", media_type_agrees=True)  # a caller's, as the CLI makes them
     _, lines, ttl = run.streamed("claimed", range_pages=32, claims=claims)
@@ -151,6 +154,8 @@ def test_a_range_that_fails_gives_the_one_run_failure_and_nothing_half_written(t
     assert ttl.read_text(encoding="utf-8") == to_turtle(whole.prov)
     assert written.summary_lines("doc") == summary_lines("doc", whole)
     assert sorted(p.name for p in lines.parent.iterdir()) == ["doc.jsonl", "doc.ttl"]
+    _, indented, _ = run.streamed("indented", range_pages=32, form="json")
+    assert indented.read_text(encoding="utf-8") == whole.model_dump_json(indent=2)
 
 
 def test_a_run_cut_off_midway_leaves_no_file(tmp_path: Path) -> None:
@@ -172,53 +177,58 @@ def cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-def test_extract_out_jsonl_writes_the_bundle_the_whole_path_writes(tmp_path: Path) -> None:
+def test_extract_out_writes_the_bundle_the_whole_path_writes(tmp_path: Path) -> None:
+    # --report keeps the bundle whole (the page shows every locus): the reference
     pdf = tmp_path / "long.pdf"
     pdf.write_bytes(raw_pdf(70, lines=6))
-    streamed = cli("extract", str(pdf), "--out", str(tmp_path / "a"), "--jsonl", "--media-type", "application/pdf",
-                   tmp_path=tmp_path)
-    whole = cli("extract", str(pdf), "--out", str(tmp_path / "b"), "--media-type", "application/pdf",
-                tmp_path=tmp_path)
-    assert streamed.returncode == whole.returncode == 0, streamed.stderr + whole.stderr
-    assert streamed.stdout == whole.stdout and "70 pages (text layer), 420 text lines" in streamed.stdout
-    (jsonl,) = (tmp_path / "a").glob("*.bundle.jsonl")
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted([jsonl.name, jsonl.name.replace(
-        ".bundle.jsonl", ".prov.ttl")])
-    with jsonl.open(encoding="utf-8") as lines:
-        got = read_bundle_lines(lines)
-    expected = EvidenceBundle.model_validate_json(next((tmp_path / "b").glob("*.bundle.json")).read_text())
-    assert got.artifact.claimed is not None and without_run(got) == without_run(expected)
+    claimed = ("--media-type", "application/pdf")
+    lines = cli("extract", str(pdf), "--out", str(tmp_path / "lines"), "--jsonl", *claimed, tmp_path=tmp_path)
+    indented = cli("extract", str(pdf), "--out", str(tmp_path / "indented"), *claimed, tmp_path=tmp_path)
+    whole = cli("extract", str(pdf), "--out", str(tmp_path / "whole"), "--report", *claimed, tmp_path=tmp_path)
+    assert lines.returncode == indented.returncode == whole.returncode == 0, lines.stderr + whole.stderr
+    assert lines.stdout == indented.stdout == whole.stdout and "70 pages (text layer), 420 text lines" in lines.stdout
+    expected = without_run(EvidenceBundle.model_validate_json(next((tmp_path / "whole").glob("*.bundle.json")).read_text()))
+    assert expected["artifact"]["claimed"] is not None
+    (jsonl,) = (tmp_path / "lines").glob("*.bundle.jsonl")
+    with jsonl.open(encoding="utf-8") as stream:
+        assert without_run(read_bundle_lines(stream)) == expected
+    (json_file,) = (tmp_path / "indented").glob("*.bundle.json")
+    assert without_run(EvidenceBundle.model_validate_json(json_file.read_text())) == expected
+    turtle = jsonl.name.replace(".bundle.jsonl", ".prov.ttl")
+    assert sorted(p.name for p in (tmp_path / "lines").iterdir()) == sorted([jsonl.name, turtle])
+    assert sorted(p.name for p in (tmp_path / "indented").iterdir()) == sorted([json_file.name, turtle])
 
 
 # The CLI in a fresh process, then its own peak resident memory (VmHWM, in kB: counted from the exec,
-# unlike a child's ru_maxrss, which starts from the forking process's).
+# unlike a child's ru_maxrss, which starts from the forking process's) as stderr's last line.
 _PEAK = """
 import sys
 from mediafleet.cli import main
 code = main(sys.argv[1:])
-print(next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1])
+print(next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1], file=sys.stderr)
 sys.exit(code)
 """
 
 
 def test_the_streamed_peak_does_not_grow_with_the_pages_as_the_whole_bundles_does(tmp_path: Path) -> None:
-    """``extract --out`` (the bundle held whole) against ``extract --out --jsonl`` (written as it is
-    made) on 200 and 400 pages, each in a fresh process: peak resident memory, not time."""
+    """``extract --out --json`` (the bundle held whole, printed and written) against ``extract
+    --out --jsonl`` (written as it is made) on 200 and 400 pages, each in a fresh process: peak
+    resident memory, not time."""
     children = {}
     for pages in (200, 400):
         pdf = tmp_path / f"p{pages}.pdf"
         pdf.write_bytes(raw_pdf(pages, salt=f"{pages}-"))
-        for mode, extra in (("whole", []), ("stream", ["--jsonl"])):
+        for mode, extra in (("whole", ["--json"]), ("stream", ["--jsonl"])):
             env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIAFLEET_")}
             env["MEDIAFLEET_BLOB_ROOT"] = str(tmp_path / f"blobs-{mode}{pages}")
             children[mode, pages] = subprocess.Popen(
                 [sys.executable, "-c", _PEAK, "extract", str(pdf), "--out", str(tmp_path / f"{mode}{pages}"), *extra],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peaks = {}
     for key, child in children.items():
-        out, _ = child.communicate(timeout=300)
-        assert child.returncode == 0, key
-        peaks[key] = int(out.strip().splitlines()[-1]) / 1024
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, (key, err[-2000:])
+        peaks[key] = int(err.strip().splitlines()[-1]) / 1024
     assert list((tmp_path / "stream400").glob("*.bundle.jsonl")) and list((tmp_path / "whole400").glob("*.bundle.json"))
     whole = peaks["whole", 400] - peaks["whole", 200]
     stream = peaks["stream", 400] - peaks["stream", 200]

@@ -44,6 +44,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from pydantic import TypeAdapter
+
 from mediafleet.adapters.bundle import build_bundle, with_claims
 from mediafleet.adapters.drafts import address_json
 from mediafleet.adapters.ids import LOCUS_PREFIX, locus_refs
@@ -249,12 +251,14 @@ def write_pdf_bundle(
     progress: ProgressFn | None = None,
     clock: Callable[[], datetime] | None = None,
     range_pages: int = RANGE_PAGES,
+    form: str = "jsonl",
 ) -> Written:
-    """Run ``request`` (an ``ocr_pdf`` job, :func:`streams`) here and write its bundle as JSON Lines
-    to ``lines_to`` (and its PROV as Turtle to ``turtle_to``) as it is made.
+    """Run ``request`` (an ``ocr_pdf`` job, :func:`streams`) here and write its bundle to
+    ``lines_to`` (and its PROV as Turtle to ``turtle_to``) as it is made.
 
-    The file is exactly ``write_bundle_lines`` of the bundle one run gives, with ``claims``
-    recorded as :func:`mediafleet.adapters.bundle.with_claims` records them.
+    The file is exactly what the bundle one run gives would be written as, with ``claims`` recorded
+    as :func:`mediafleet.adapters.bundle.with_claims` records them: ``write_bundle_lines`` of it
+    (``form="jsonl"``) or its ``model_dump_json(indent=2)`` (``form="json"``).
 
     Args:
         request: the admitted request (no span, no part): the whole document.
@@ -267,6 +271,7 @@ def write_pdf_bundle(
         progress: called with (pages done, pages) as ranges are read.
         clock: the runner's clock (None: its own).
         range_pages: pages read at a time.
+        form: ``jsonl`` (the stream form) or ``json`` (one JSON object, indented by two).
 
     Returns:
         The bundle's status and error, and its summary.
@@ -286,18 +291,18 @@ def write_pdf_bundle(
         if total is None or total == 0:
             outcome = run_request(request, manifest=manifest, store=store, device=request.device, progress=progress,
                                   **timing)
-            return _whole(with_claims(build_bundle(outcome, capability), claims), lines_to, turtle_to)
+            return _whole(with_claims(build_bundle(outcome, capability), claims), lines_to, turtle_to, form)
         spans = ranges(total, range_pages)
         pinned: Producer | None = None
         while True:
             with _Temp(lines_to) as out:
-                done = _stream(request, capability, manifest, once, spans, total, pinned, claims, out,
+                done = _stream(request, capability, manifest, once, spans, total, pinned, claims, out, form,
                                progress, timing)
                 if isinstance(done, Producer):  # OCR met after ranges written without it: again
                     pinned = done
                     continue
                 if isinstance(done, EvidenceBundle):  # a range failed: the one-run failure's bundle
-                    return _whole(done, lines_to, turtle_to)
+                    return _whole(done, lines_to, turtle_to, form)
                 forms, run = done
                 if turtle_to is not None:
                     with _Temp(turtle_to) as ttl:
@@ -309,13 +314,13 @@ def write_pdf_bundle(
 
 
 def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest, store: Any, spans: list[Span],
-            total: int, pinned: Producer | None, claims: CallerClaims | None, out: _Temp,
+            total: int, pinned: Producer | None, claims: CallerClaims | None, out: _Temp, form: str,
             progress: ProgressFn | None, timing: dict[str, Any]) -> Producer | EvidenceBundle | tuple[_Forms, _Run]:
     run = _Run()
     forms: _Forms | None = None
     producer = pinned
     started = ended = None
-    write = out.file.write
+    write = _FORMS_OF[form](out.file)
     for span in spans:
         shown = _shifted(progress, span.first - 1, total)
         outcome = run_request(request.model_copy(update={"span": span}), manifest=manifest, store=store,
@@ -335,15 +340,15 @@ def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest,
             producer = result.producer
         if forms is None:
             forms = _Forms(_joined(outcome, producer, started), capability, claims)
-            write(head_line(forms.bundle))
+            write.head(forms.bundle)
             for node in forms.before:
-                write(node_line(node))
+                write.node(node)
         run.range_read(outcome)
         drafts = to_loci(result, outcome.artifact.digest)
         ids = _locus_ids(forms.derivation, run.loci, len(drafts))
         base = run.text_base
         for locus_id, draft in zip(ids, drafts, strict=True):
-            write(node_line(forms.node(locus_id, draft, base)))
+            write.node(forms.node(locus_id, draft, base))
             if draft.confidence is not None:
                 run.confidences.append(draft.confidence)
         run.loci += len(drafts)
@@ -360,21 +365,21 @@ def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest,
     forms.counted(run.loci, sum(confidences) / len(confidences) if confidences else 1.0)
     del confidences
     for node in forms.after:
-        write(node_line(node))
+        write.node(node)
     for edge in forms.edges_before:
-        write(edge_line(edge))
+        write.edge(edge)
     for locus_id in _all_ids(forms.derivation, run.loci):
         for edge in forms.edges(locus_id):
-            write(edge_line(edge))
+            write.edge(edge)
     for edge in forms.edges_after:
-        write(edge_line(edge))
+        write.edge(edge)
     entries = 0
     for entry in _graph(forms, run):
-        write(prov_line(entry))
+        write.prov(entry)
         entries += 1
     nodes = len(forms.before) + run.loci + len(forms.after)
     edges = len(forms.edges_before) + len(forms.edge_forms) * run.loci + len(forms.edges_after)
-    write(end_line(nodes, edges, entries, forms.context))
+    write.end(nodes, edges, entries, forms.context)
     return forms, run
 
 
@@ -459,10 +464,13 @@ def _shifted(progress: ProgressFn | None, before: int, total: int) -> ProgressFn
     return shown
 
 
-def _whole(bundle: EvidenceBundle, lines_to: Path, turtle_to: Path | None) -> Written:
+def _whole(bundle: EvidenceBundle, lines_to: Path, turtle_to: Path | None, form: str) -> Written:
     """Write a bundle held whole (a failure's, a few records; or a PDF whose pages cannot be counted)."""
     with _Temp(lines_to) as out:
-        write_bundle_lines(bundle, out.file)
+        if form == "jsonl":
+            write_bundle_lines(bundle, out.file)
+        else:
+            out.file.write(bundle.model_dump_json(indent=2))
         if turtle_to is not None:
             with _Temp(turtle_to) as ttl:
                 for line in turtle_lines(bundle.prov):
@@ -470,6 +478,91 @@ def _whole(bundle: EvidenceBundle, lines_to: Path, turtle_to: Path | None) -> Wr
                 ttl.keep()
         out.keep()
     return Written(bundle.status, bundle.error, lambda name: summary_lines(name, bundle))
+
+
+class _Lines:
+    """Records written as JSON Lines (:mod:`mediafleet.adapters.stream`)."""
+
+    def __init__(self, file: IO[str]) -> None:
+        self.write = file.write
+
+    def head(self, bundle: EvidenceBundle) -> None:
+        self.write(head_line(bundle))
+
+    def node(self, node: dict[str, Any]) -> None:
+        self.write(node_line(node))
+
+    def edge(self, edge: dict[str, Any]) -> None:
+        self.write(edge_line(edge))
+
+    def prov(self, entry: dict[str, Any]) -> None:
+        self.write(prov_line(entry))
+
+    def end(self, nodes: int, edges: int, entries: int, context: Any) -> None:
+        self.write(end_line(nodes, edges, entries, context))
+
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+class _Indented:
+    """Records written as the bundle's ``model_dump_json(indent=2)``: the head is that of the
+    bundle with empty lists, cut where they are; each node, edge and PROV entry is pydantic's own
+    indented JSON of it, moved in to its depth (a JSON text has no newline but between tokens)."""
+
+    _LISTS = ('"nodes": [', '"edges": [', '"@graph": [')
+
+    def __init__(self, file: IO[str]) -> None:
+        self.write = file.write
+        self.list = -1
+        self.first = True
+
+    def head(self, bundle: EvidenceBundle) -> None:
+        empty = bundle.model_copy(update={"nodes": [], "edges": [],
+                                          "prov": {**bundle.prov, "@graph": []}}).model_dump_json(indent=2)
+        # the text up to each list's "[", and after the last one's: "]" and what follows it
+        ends = [empty.index(name + "]") + len(name) for name in self._LISTS]
+        if ends != sorted(ends):
+            raise RuntimeError("the bundle's lists are not in the order nodes, edges, PROV graph")
+        self.pieces = [empty[start:end] for start, end in zip([0, *ends], [*ends, len(empty)], strict=True)]
+        self.write(self.pieces[0])
+        self._start(0)
+
+    def _start(self, index: int) -> None:
+        self.list, self.first = index, True
+        self.pad = " " * (2 * (2 if index < 2 else 3))
+
+    def _item(self, index: int, value: Any) -> None:
+        while self.list < index:
+            self._close()
+        text = _ANY.dump_json(value, indent=2).decode()
+        self.write(("\n" if self.first else ",\n") + self.pad + text.replace("\n", "\n" + self.pad))
+        self.first = False
+
+    def _close(self) -> None:
+        if not self.first:
+            self.write("\n" + self.pad[2:])
+        self.write(self.pieces[self.list + 1])
+        if self.list < 2:
+            self._start(self.list + 1)
+        else:
+            self.list = 3
+
+    def node(self, node: dict[str, Any]) -> None:
+        self._item(0, node)
+
+    def edge(self, edge: dict[str, Any]) -> None:
+        self._item(1, edge)
+
+    def prov(self, entry: dict[str, Any]) -> None:
+        self._item(2, entry)
+
+    def end(self, nodes: int, edges: int, entries: int, context: Any) -> None:
+        while self.list < 3:
+            self._close()
+
+
+_FORMS_OF = {"jsonl": _Lines, "json": _Indented}
 
 
 class _Temp:
