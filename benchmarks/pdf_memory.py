@@ -1,0 +1,175 @@
+"""Peak memory of one long PDF: bare PyMuPDF, ``extract --out`` (the bundle held whole), ``extract
+--out --jsonl`` (written as it is made), and on the fleet the worker that joins a split job.
+
+Each in-process path runs in a fresh process of its own, so its peak resident memory (``VmHWM``,
+counted from the exec) is its own: bare PyMuPDF reading every page with ``get_text("dict")``; the
+``mediafleet extract`` command with ``--out DIR --json`` (the bundle held whole: printed, and
+written whole, as ``--out`` wrote it before it was streamed), ``--out DIR`` (the indented JSON and
+the Turtle, written range by range: :mod:`mediafleet.workers.pdf.stream`) and ``--out DIR --jsonl``
+(the JSON Lines stream and the Turtle, likewise). On the fleet, a real redis-server and one ``mediafleet
+worker --pool=solo`` (so the job runs in the worker's own process): the PDF is split into the
+shipped ranges of 32 pages, all on that worker, which joins them when the last reports; its peak
+is read from ``/proc`` before it stops, and the waiting CLI (``extract --broker ... --out DIR
+--jsonl``, which holds the bundle it reads back whole) is measured as a fresh process too.
+
+Used by ``bench_pdf`` (:func:`memory_peaks`); standalone:
+``.venv/bin/python -m benchmarks.pdf_memory [PAGES ...] [--no-fleet] [--reuse DIR]`` (default 900 and
+1,800 pages of the generated 40-line pages; ``--reuse`` keeps the generated PDFs there, which take
+about a tenth of a second a page to make).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import ROOT, fleet, table, write_results  # noqa: E402
+
+__all__ = ["memory_peaks"]
+
+_HWM = 'print(next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1], file=sys.stderr)'
+
+_BARE = f"""
+import sys
+sys.modules.setdefault("pymupdf.layout", None)
+import pymupdf
+doc = pymupdf.open(sys.argv[1], filetype="pdf")
+for page in doc:
+    page.get_text("dict")
+doc.close()
+{_HWM}
+"""
+
+_CLI = f"""
+import sys
+from mediafleet.cli import main
+code = main(sys.argv[1:])
+{_HWM}
+sys.exit(code)
+"""
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIAFLEET_")}
+    return {**env, **extra}
+
+
+def _child(code: str, args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(peak MB, seconds) of ``python -c code args`` in a fresh process (its peak is stderr's last line)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, env=env, cwd=ROOT, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{args[:1]} failed:\n{done.stderr[-3000:]}")
+    return int(done.stderr.strip().splitlines()[-1]) / 1024, seconds
+
+
+def _in_process(path: Path, tmp: Path) -> dict[str, dict[str, float]]:
+    paths = {}
+    peak, seconds = _child(_BARE, [str(path)], _env({}))
+    paths["bare_pymupdf"] = {"peak_mb": round(peak, 1), "seconds": round(seconds, 2)}
+    for name, extra in (("extract_out_json_whole", ["--json"]), ("extract_out_streamed", []),
+                        ("extract_out_jsonl_streamed", ["--jsonl"])):
+        out = tmp / f"{name}-{path.stem}"
+        peak, seconds = _child(_CLI, ["extract", str(path), "--out", str(out), *extra],
+                               _env({"MEDIAFLEET_BLOB_ROOT": str(tmp / f"blobs-{name}")}))
+        written = sum(f.stat().st_size for f in out.iterdir())
+        paths[name] = {"peak_mb": round(peak, 1), "seconds": round(seconds, 2), "written_mb": round(written / 1e6, 1)}
+    return paths
+
+
+def _worker_pids() -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(a.startswith(b"--hostname=bench") for a in cmd):
+                pids.append(int(proc.name))
+    return pids
+
+
+def _peak_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for process {pid}")
+
+
+def _on_fleet(path: Path, tmp: Path) -> dict[str, Any]:
+    with fleet(specs=[(["--pool=solo"], {})]) as env:
+        pids = _worker_pids()
+        at_start = max(_peak_mb(pid) for pid in pids)
+        out = tmp / f"fleet-{path.stem}"
+        waiter, seconds = _child(_CLI, ["extract", str(path), "--broker", env["MEDIAFLEET_BROKER_URL"], "--out", str(out),
+                                        "--jsonl", "--timeout", "3600"], _env(env))
+        worker = max(_peak_mb(pid) for pid in pids)
+    return {"worker_peak_mb": round(worker, 1), "worker_peak_mb_at_start": round(at_start, 1),
+            "waiting_cli_peak_mb": round(waiter, 1), "seconds": round(seconds, 2), "range_pages": 32}
+
+
+def memory_peaks(make: Callable[[int], bytes], pages: tuple[int, ...] = (900, 1800), *, with_fleet: bool = True,
+                 fleet_pages: int = 900, reuse: Path | None = None) -> dict[str, Any]:
+    """Peak MB of each path for each page count (``make(pages)`` builds the PDF), and on the fleet
+    for ``fleet_pages``."""
+    tmp = Path(tempfile.mkdtemp(prefix="mf-bench-memory-"))
+    folder = reuse or tmp
+    folder.mkdir(parents=True, exist_ok=True)
+    made = {}
+    for n in sorted({*pages, *([fleet_pages] if with_fleet else [])}):
+        path = folder / f"generated-{n}.pdf"
+        if not path.is_file():
+            path.write_bytes(make(n))
+        made[n] = path
+    figures: dict[str, Any] = {"in_process": {str(n): {"bytes": made[n].stat().st_size, **_in_process(made[n], tmp)}
+                                              for n in pages}}
+    if with_fleet:
+        figures["fleet"] = {"pages": fleet_pages, **_on_fleet(made[fleet_pages], tmp)}
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pages", nargs="*", type=int, default=[900, 1800])
+    parser.add_argument("--no-fleet", action="store_true", help="leave out the fleet's worker")
+    parser.add_argument("--reuse", type=Path, help="keep the generated PDFs in this folder and reuse them")
+    args = parser.parse_args()
+    from benchmarks.bench_pdf import make_pdf
+
+    figures = memory_peaks(make_pdf, tuple(args.pages), with_fleet=not args.no_fleet,
+                           fleet_pages=900 if 900 in args.pages else args.pages[0], reuse=args.reuse)
+    rows = [("generated PDF, 40 lines a page", "bare PyMuPDF", "extract --out --json (whole)", "extract --out",
+             "extract --out --jsonl")]
+    for n, fig in figures["in_process"].items():
+        rows.append((f"{int(n):,} pages ({fig['bytes'] / 1e6:.1f} MB)", f"{fig['bare_pymupdf']['peak_mb']:,.0f} MB",
+                     f"{fig['extract_out_json_whole']['peak_mb']:,.0f} MB",
+                     f"{fig['extract_out_streamed']['peak_mb']:,.0f} MB",
+                     f"{fig['extract_out_jsonl_streamed']['peak_mb']:,.0f} MB"))
+    print("peak resident memory, each path in a fresh process")
+    print(table(rows))
+    if "fleet" in figures:
+        f = figures["fleet"]
+        print(f"fleet, {f['pages']} pages in ranges of {f['range_pages']} on one solo worker: the joining worker peaks "
+              f"at {f['worker_peak_mb']:,.0f} MB ({f['worker_peak_mb_at_start']:,.0f} MB at start); the waiting "
+              f"CLI at {f['waiting_cli_peak_mb']:,.0f} MB")
+    print(json.dumps(figures, indent=2))
+    if "fleet" in figures:
+        out = write_results("pdf_memory", {"load_average": os.getloadavg(), **figures})
+        print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
