@@ -415,3 +415,35 @@ def test_a_printable_text_without_a_replacement_character_has_no_garbage() -> No
 
     matched = [c for c in map(chr, range(0x110000)) if _GARBAGE.match(c) and c.isprintable() and c != "\ufffd"]
     assert not matched
+
+
+def _plain_page_text(lines: list[TextBox]) -> str:
+    """page_text as first written: each line asked whether it ends in a hyphen."""
+    if not lines:
+        return ""
+    if not any(line.text.rstrip().endswith(("-", "\u2010")) for line in lines):
+        return "\n".join(line.text for line in lines)
+    parts = [lines[0].text]
+    for prev, line in zip(lines, lines[1:]):
+        head, rest = prev.text.rstrip(), line.text.lstrip()
+        if (len(head) > 1 and head.endswith(("-", "\u2010")) and head[-2].isalpha() and rest[:1].islower()
+                and textlayer._continues(prev, line)):
+            parts[-1] = parts[-1].rstrip()[:-1]
+            parts.append(rest)
+        else:
+            parts.append("\n")
+            parts.append(line.text)
+    return "".join(parts)
+
+
+def test_page_text_is_the_plain_one_on_random_lines() -> None:
+    rnd = random.Random(7)
+    alphabet = ["a", "B", "-", "\u2010", " ", "\t", "\n", "x", "\xa0"]
+    for _ in range(20000):
+        lines = []
+        for i in range(rnd.randint(0, 5)):
+            text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 6)))
+            if text.strip():
+                lines.append(TextBox(text=text, x=rnd.choice([10.0, 12.0, 300.0]), y=10.0 + 12 * i, width=100.0,
+                                     height=10.0))
+        assert textlayer.page_text(lines) == _plain_page_text(lines)

@@ -18,6 +18,7 @@ largest page, not the document (a 2,000-page PDF is never held whole).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -44,6 +45,7 @@ _TEXT_FLAGS = pymupdf.TEXT_PRESERVE_WHITESPACE | pymupdf.TEXT_MEDIABOX_CLIP
 _SOFT_HYPHEN = "\xad"
 # What a line-end hyphenation is drawn with: HYPHEN-MINUS and HYPHEN (a soft hyphen is shown as "-").
 _HYPHENS = ("-", "\u2010")
+_LINE_END_HYPHEN = re.compile("[-\u2010]\\s*(?:\n|\\Z)")
 
 
 def open_pdf(path: Path, limits: Limits) -> Any:
@@ -172,8 +174,12 @@ def page_text(lines: Sequence[TextBox]) -> str:
     """
     if not lines:
         return ""
-    if not any(line.text.rstrip().endswith(_HYPHENS) for line in lines):
-        return "\n".join([line.text for line in lines])  # no line ends in a hyphen: nothing to join
+    joined = "\n".join([line.text for line in lines])
+    # A line ending in a hyphen (trailing whitespace aside) is a hyphen followed by whitespace up
+    # to a newline or the end in the joined text; the expression can also match where none does
+    # (a newline inside a line), which only costs the exact loop below.
+    if _LINE_END_HYPHEN.search(joined) is None:
+        return joined  # no line ends in a hyphen: nothing to join
     parts = [lines[0].text]
     for prev, line in pairwise(lines):
         head = prev.text.rstrip()
