@@ -19,7 +19,7 @@ from mediafleet.blobstore import LocalBlobStore
 from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest, Modality, default_manifest
-from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.jobstore import MAX_DELIVERIES, JobStore, finished_channel
 from mediafleet.settings import Settings
 from mediafleet.workers.middleware import (
     Cancellation,
@@ -199,6 +199,42 @@ def test_a_job_cancelled_while_it_runs_stops_at_its_next_progress_point(
     assert outcome.status == "failed" and outcome.error.code == ErrorCode.CANCELLED
     record = jobs.get(request.job_id)
     assert record.state == JobState.CANCELLED and record.progress.done == 1 and record.completions == 0
+
+
+def test_a_job_cancelled_just_before_its_last_progress_point_ends_cancelled(
+        jobs: JobStore, manifest: Manifest, blobs: LocalBlobStore) -> None:
+    """The fleet chain writes a plain job's last progress point with its outcome (one round trip
+    fewer): a cancellation that point would have seen still stops the job, which ends cancelled
+    with its progress recorded, and its waiters are woken by that write."""
+    request = pdf_request(blobs, pages=2)
+    delivery = claimed(jobs, request)
+
+    class CancelsBeforeTheLastPage(Middleware):
+        def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
+            if done == total:
+                jobs.cancel(delivery.request.job_id)
+            return True
+
+    chain = fleet_middleware(manifest)
+    chain.insert(2, CancelsBeforeTheLastPage())  # after the throttle, before the reporting
+    listener = redis.Redis(connection_pool=redis.ConnectionPool(**jobs.client.connection_pool.connection_kwargs))
+    notices = listener.pubsub(ignore_subscribe_messages=True)
+    notices.subscribe(finished_channel(request.job_id))
+    try:
+        run_chain(chain, delivery, runner(manifest, blobs, request))
+        notice = None
+        for _ in range(50):  # the first reads may return the subscription's confirmation (ignored: None)
+            if (notice := notices.get_message(timeout=0.1)) is not None:
+                break
+        assert notice is not None and notice["data"] == b"1"
+    finally:
+        notices.close()
+        listener.close()
+        listener.connection_pool.disconnect()
+    record = jobs.get(request.job_id)
+    assert record.state == JobState.CANCELLED and record.outcome.error.code == ErrorCode.CANCELLED
+    assert record.progress.done == 2 and record.progress.total == 2 and record.completions == 0
+    assert delivery.finished == record.outcome and delivery.announced
 
 
 def test_cancellation_reads_the_state_progress_reporting_saw(jobs: JobStore, blobs: LocalBlobStore) -> None:

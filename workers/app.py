@@ -239,6 +239,8 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
                 inline_parts=not delivery.parts))
         except Skip:
             raise Ignore() from None  # stores no result: nothing wakes the current submission's waiters
+        if (finished := delivery.finished) is not None and finished.job_id == outcome.job_id:
+            outcome = finished  # what was stored (cancelled meanwhile: its cancellation)
         # The result backend gets this summary only: the outcome is in the job's record (or, when
         # large, in the blob store), never in Celery's result.
         return {"job_id": outcome.job_id, "status": outcome.status,

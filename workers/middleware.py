@@ -86,6 +86,8 @@ class Delivery:
     finished: Outcome | None = None
     announced: bool = False
     """Whether the write that finished the caller's job also woke its waiters (:class:`FinishedNotice`)."""
+    last_progress: tuple[int, int | None, str] | None = None
+    """The run's last progress point, held back by :class:`ProgressReporting` to be written with the outcome."""
 
 
 class Middleware:
@@ -164,14 +166,24 @@ class ProgressReporting(Middleware):
     record, keeping the record's state for :class:`Cancellation`. Best effort: with Redis briefly
     away the job goes on, and the call stops here.
 
-    The last call (``done == total``) is recorded but not published: the task's own result
-    replaces it a moment later, and publishing it would only wake every waiter once more for
-    nothing (two round trips and a wake-up per job; all a one-page job reports)."""
+    The last call (``done == total``) is not published: the task's own result replaces it a moment
+    later, and publishing it would only wake every waiter once more for nothing (two round trips
+    and a wake-up per job; all a one-page job reports). With ``hold_last`` a plain job's last call
+    is not written either but kept in ``delivery.last_progress`` for :class:`OutcomeReporting` to
+    write with the outcome, which then also does what this point's cancellation check would have
+    done (:meth:`JobStore.finish`'s ``progress``)."""
+
+    def __init__(self, hold_last: bool = False) -> None:
+        self._hold_last = hold_last
 
     def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
         unit = progress_unit(delivery.request.action)
+        last = total is not None and done >= total
+        if last and self._hold_last and delivery.request.part_of is None and not delivery.parts:
+            delivery.last_progress = (done, total, unit)
+            return True
         try:
-            if total is None or done < total:
+            if not last:
                 delivery.publish({"done": done, "total": total, "unit": unit})
             delivery.state = delivery.jobs.progress(delivery.request.job_id, done, total, unit)
         except _TRANSIENT:
@@ -231,7 +243,8 @@ class OutcomeReporting(Middleware):
     def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
         plain = delivery.request.part_of is None and not delivery.parts
         delivery.finished = report(delivery.jobs, self._manifest, delivery.request, outcome, delivery.parts,
-                                   delivery=delivery.attempt, announce=self._announce)
+                                   delivery=delivery.attempt, announce=self._announce,
+                                   progress=delivery.last_progress)
         delivery.announced = self._announce and plain and delivery.finished is not None
 
 
@@ -265,7 +278,7 @@ def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> 
     state that report returned) and before the delivery limit (a cancelled job ends ``cancelled``
     however often it was delivered); the finished notice comes last (with no index to fill, a
     plain job's is sent with its outcome's write instead)."""
-    return [DeliveryCounting(), ProgressThrottle(), ProgressReporting(), Cancellation(), DeliveryLimit(),
+    return [DeliveryCounting(), ProgressThrottle(), ProgressReporting(hold_last=True), Cancellation(), DeliveryLimit(),
             OutcomeReporting(manifest, announce=discovery_index is None), DiscoveryIndexing(discovery_index, manifest),
             FinishedNotice()]
 
@@ -306,7 +319,8 @@ def report_part(jobs: JobStore, manifest: Manifest, of: PartOf, outcome: Outcome
 
 
 def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome: Outcome,
-           parts: dict[str, str], delivery: int | None = None, announce: bool = False) -> Outcome | None:
+           parts: dict[str, str], delivery: int | None = None, announce: bool = False,
+           progress: tuple[int, int | None, str] | None = None) -> Outcome | None:
     """Store a finished task's outcome: a plain job's in its record; a part's into its caller's job.
 
     A job with ``parts`` reports as its own part (under its modality's name) and is finished by
@@ -317,14 +331,23 @@ def report(jobs: JobStore, manifest: Manifest, request: ExtractRequest, outcome:
 
     ``delivery`` is the reporting delivery's number (:meth:`JobStore.start`): a delivery that no
     longer owns its record (a newer one started since, or the job finished) stores nothing. With
-    ``announce``, a plain job's waiters are woken by the same write (:meth:`JobStore.finish`).
+    ``announce``, a plain job's waiters are woken by the same write (:meth:`JobStore.finish`); a
+    plain job's ``progress`` (its run's last point) is written with its outcome, and a job
+    cancelled meanwhile is finished cancelled instead, as that point would have stopped the run.
     """
     if (of := request.part_of) is not None:
         if not jobs.finish(outcome, delivery=delivery):
             return None
         return report_part(jobs, manifest, of, outcome)
     if not parts:
-        return outcome if jobs.finish(outcome, delivery=delivery, announce=announce) else None
+        try:
+            written = jobs.finish(outcome, delivery=delivery, announce=announce, progress=progress,
+                                  unless_cancelled=progress is not None)
+            return outcome if written else None
+        except Cancelled:
+            cancelled = Outcome.failed(request, PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled"),
+                                       _now())
+            return cancelled if jobs.finish(cancelled, delivery=delivery, announce=announce, progress=progress) else None
     capability = manifest.capability(request.action)
     failed = outcome.status != "ok"
     left = jobs.report_part(request.job_id, own_part(capability), outcome, decides=failed, delivery=delivery)
