@@ -15,7 +15,7 @@ from mediafleet.contract import DeviceClass, Unavailable
 from mediafleet.workers.ocr.ctc import Decoded, decode
 from mediafleet.workers.ocr.device import CUDA_PROVIDER, check_device
 from mediafleet.workers.ocr import engine as ocr_engine
-from mediafleet.workers.ocr.engine import OcrEngine, _charset, _fast_recogniser
+from mediafleet.workers.ocr.engine import OcrEngine, _charset, _fast_recogniser, _ink_box
 from mediafleet.workers.ocr.lines import OcrLine, capitals, join_pieces, normalise
 from mediafleet.workers.ocr.spacing import with_spaces
 
@@ -82,6 +82,16 @@ def test_lines_the_fast_recogniser_is_unsure_of_are_read_again_by_the_small_one(
     assert engine.recognise([crop]) == fast
     monkeypatch.setattr(ocr_engine, "FALLBACK", 1.01)  # none is
     assert engine.recognise([crop]) == small
+
+
+def test_the_detector_sees_only_the_inked_part_of_a_page() -> None:
+    page = np.full((1300, 900, 3), 250, np.uint8)
+    assert _ink_box(page) is None  # nothing to find
+    page[600:620, 100:300] = 0
+    x0, y0, x1, y1 = _ink_box(page)
+    assert x0 <= 100 - 32 and x1 >= 300 + 32 and y0 <= 600 - 32 and y1 >= 620 + 32  # its margin
+    assert min(x1 - x0, y1 - y0) >= 736  # never so small that the detector would scale it up
+    assert 0 <= x0 < x1 <= 900 and 0 <= y0 < y1 <= 1300
 
 
 def test_a_recogniser_without_a_dictionary_is_refused() -> None:

@@ -71,6 +71,12 @@ _REC_BATCH = 1
 # become 736 x 441,600. Images longer than this many times their width (or the reverse) are padded
 # with their median colour first, so the detector's input stays bounded (about 3,000 x 736).
 _MAX_ASPECT = 4
+# The detector sees only the inked part of an image (a page's margins cost it as much as its
+# text): pixels more than this far from the median colour, with this many pixels around them,
+# and at least this many on the shorter side (RapidOCR scales anything smaller up to 736).
+_INK_DIFF = 48
+_DET_MARGIN = 32
+_DET_LEAST = 736
 
 
 class OcrEngine:
@@ -175,6 +181,11 @@ class OcrEngine:
             import cv2
 
             small = cv2.resize(image, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+        box = _ink_box(small)
+        if box is None:
+            return []
+        x0, y0, x1, y1 = box
+        small = np.ascontiguousarray(small[y0:y1, x0:x1])
         sh, sw = small.shape[:2]
         pad_h, pad_w = max(0, -(-sw // _MAX_ASPECT) - sh), max(0, -(-sh // _MAX_ASPECT) - sw)
         top, left = pad_h // 2, pad_w // 2
@@ -189,8 +200,8 @@ class OcrEngine:
         out = []
         for quad in quads:
             q = np.asarray(quad, dtype=np.float32).copy()
-            q[:, 0] -= left
-            q[:, 1] -= top
+            q[:, 0] += x0 - left
+            q[:, 1] += y0 - top
             q /= scale
             q[:, 0] = np.clip(q[:, 0], 0, w)
             q[:, 1] = np.clip(q[:, 1], 0, h)
@@ -237,6 +248,34 @@ class OcrEngine:
                 out[k] = decode(preds[j], charset, crop_width=crops[which[k]].shape[1],
                                 input_width=padded, used_width=used)
         return [d for d in out if d is not None]
+
+
+def _ink_box(image: np.ndarray) -> tuple[int, int, int, int] | None:
+    """(x0, y0, x1, y1): the part of ``image`` the detector needs to see, or None when it holds no ink.
+
+    The box around every pixel that differs from the image's median colour by more than
+    ``_INK_DIFF``, widened by ``_DET_MARGIN`` on each side and, where the image allows, to
+    ``_DET_LEAST`` pixels on its shorter side (below that the detector would scale it up).
+    """
+    import cv2
+
+    flat = image.reshape(-1, image.shape[2]) if image.ndim == 3 else image.reshape(-1, 1)
+    median = np.median(flat[:: max(1, len(flat) // 65536)], axis=0).astype(image.dtype)
+    diff = cv2.absdiff(image, np.broadcast_to(median, image.shape).copy())
+    ink = (diff.max(axis=2) if diff.ndim == 3 else diff) > _INK_DIFF
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    if rows.size == 0:
+        return None
+    h, w = ink.shape
+
+    def span(first: int, last: int, n: int) -> tuple[int, int]:
+        a, b = max(0, first - _DET_MARGIN), min(n, last + 1 + _DET_MARGIN)
+        length = max(b - a, min(_DET_LEAST, n))
+        a = int(max(0, min(n - length, (a + b - length) // 2)))
+        return a, a + length
+
+    (y0, y1), (x0, x1) = span(int(rows[0]), int(rows[-1]), h), span(int(cols[0]), int(cols[-1]), w)
+    return x0, y0, x1, y1
 
 
 def _recogniser_file() -> Path:
