@@ -627,20 +627,24 @@ def _text(value: Any) -> str | None:
 
 
 class _IdleWatches:
-    """A job store's watches waiting for their next waiter (a few: one per waiter at a time)."""
+    """A job store's watches waiting for their next waiter (a few: one per waiter at a time), in
+    the process that opened them (a forked child never reads its parent's connection)."""
 
     def __init__(self, keep: int = 8) -> None:
         self._keep = keep
         self._watches: list[Watch] = []
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def take(self) -> Watch | None:
         with self._lock:
+            if self._pid != os.getpid():
+                self._watches, self._pid = [], os.getpid()  # the parent's: not ours to read or close
             return self._watches.pop() if self._watches else None
 
     def put(self, watch: Watch) -> bool:
         with self._lock:
-            if len(self._watches) >= self._keep:
+            if len(self._watches) >= self._keep or self._pid != os.getpid():
                 return False
             self._watches.append(watch)
             return True
