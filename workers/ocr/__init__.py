@@ -1,4 +1,4 @@
-"""OCR with RapidOCR and onnxruntime (PP-OCRv4 detector, PP-OCRv6 small recogniser), shared by the PDF and image paths.
+"""OCR with RapidOCR and onnxruntime (PP-OCRv4 detector; PP-OCRv6 tiny recogniser, PP-OCRv6 small for the lines tiny is unsure of), shared by the PDF and image paths.
 
 ``engine`` builds the models once per process; ``device`` is the start-up check of a worker's
 device class; ``lines`` finds and reads the text lines of an image; ``ctc`` decodes the

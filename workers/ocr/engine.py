@@ -13,14 +13,21 @@ new input shape up to four times slower to run, and every batch of text lines ha
 own (measured here: 8-10 s instead of 2.3-3 s for a batch of eight lines at one thread).
 
 Models: RapidOCR's PP-OCRv4 detector and orientation classifier (in the ``rapidocr-onnxruntime``
-wheel), and the PP-OCRv6 small recogniser from RapidOCR's own ``rapidocr`` 3.10 wheel (Apache-2.0,
-like its PaddleOCR weights), decoded with the dictionary the model carries in its metadata (18,708
-characters; blank first and space last, as PaddleOCR trains it). Measured at one thread on the
-benchmark's pages against the PP-OCRv5 mobile recogniser it replaced: about 30% less time per line
-column and more words right (generated pages 0.997 against 0.987; real scanned pages 0.917 against
-0.895 before the word-gap change in :mod:`mediafleet.workers.ocr.spacing`). The PP-OCRv6 small
-detector in the same wheel costs about 2.5 times the PP-OCRv4 one for no better lines, so the
-detector stays. There is no fallback: without the wheel the engine is unavailable.
+wheel), and two PP-OCRv6 recognisers (PaddleOCR's weights, Apache-2.0). The tiny one, which the
+MIT-licensed ``faster-paddle`` 1.0.4 wheel carries inside its extension library, reads every line
+(about a fifth of the small one's time per column); a line it reads with a mean character
+probability under ``FALLBACK`` is read again by the small one from RapidOCR's own ``rapidocr`` 3.10
+wheel, and that reading is kept (about a quarter of the columns on the benchmark's pages). The
+tiny one's dictionary holds Chinese as well as Latin characters; no non-Latin page was measured. The tiny model is found in
+that library by its pinned size and sha256 and its 6,904-character dictionary (a JSON list there)
+by its digest; nothing is imported from faster-paddle, written or downloaded. The small one is
+decoded with the dictionary it carries in its metadata (18,708 characters; blank first and space
+last, as PaddleOCR trains it). Measured at one thread on the benchmark's pages (same load,
+interleaved): 0.54x the time of the small recogniser alone on generated pages, 0.52x on real
+ones, at word accuracy 0.993 against 0.998 and 0.924 against 0.927. Tried and not kept: the
+PP-OCRv6 small detector (about 2.5 times the PP-OCRv4 one's time for no better lines) and the tiny
+one (2.3 times faster, but real pages 0.917 against 0.924). There is no fallback to other models:
+without the wheels the engine is unavailable.
 """
 
 from __future__ import annotations

@@ -15,7 +15,12 @@ opening punctuation (the gap after a "1" or an "r" before a colon is often wide,
 spaces there). The other way round, a space the recogniser read where the line image shows under
 ``DROP_GAP`` x-heights of clear columns between its neighbours is no word gap and is taken out:
 the PP-OCRv5 recogniser read a space after the "fi" ligature ("fi le", "identifi er") in typeset
-text.
+text. A space the recogniser read with a probability under ``UNSURE`` is also taken out when its
+gap is under ``NARROW_OWN`` of the line's usual (median) recogniser-set gap: the PP-OCRv6 tiny
+recogniser splits monospaced words at the wide cell around a narrow letter ("gl obs", "package s";
+real scanned pages 0.917 against 0.908 with the tiny recogniser alone, the generated ones
+unchanged with the small one; without the probability test, true narrow gaps such as "import json"
+in Courier were lost too: generated pages 0.980 against 0.998).
 """
 
 from __future__ import annotations
