@@ -84,6 +84,23 @@ def test_lines_the_fast_recogniser_is_unsure_of_are_read_again_by_the_small_one(
     assert engine.recognise([crop]) == small
 
 
+def test_chinese_lines_are_read() -> None:
+    # Not only Latin: the fast recogniser keeps its whole dictionary (a head cut to the Latin
+    # classes read the first line as "Jt" at probability 0.977).
+    from mediafleet.workers.ocr.lines import read_lines
+    from mediafleet.workers.pdf.mupdf import pymupdf
+
+    doc = pymupdf.open()
+    page = doc.new_page(width=400, height=120)
+    page.insert_text((20, 50), "\u4e2d\u6587\u6587\u672c\u8bc6\u522b\u6d4b\u8bd5", fontname="china-s", fontsize=24)
+    page.insert_text((20, 95), "\u65e5\u5e38\u4ef7\u683c\u5f88\u597d", fontname="china-s", fontsize=24)
+    pix = page.get_pixmap(dpi=200)
+    image = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width, pix.n)[:, :, :3][:, :, ::-1].copy()
+    lines = read_lines(image, det_max_side=2000, engine=OcrEngine(threads=1))
+    assert [ln.text for ln in lines] == ["\u4e2d\u6587\u6587\u672c\u8bc6\u522b\u6d4b\u8bd5",
+                                         "\u65e5\u5e38\u4ef7\u683c\u5f88\u597d"]
+
+
 def test_the_detector_sees_only_the_inked_part_of_a_page() -> None:
     page = np.full((1300, 900, 3), 250, np.uint8)
     assert _ink_box(page) is None  # nothing to find
