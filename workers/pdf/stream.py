@@ -71,7 +71,8 @@ RANGE_PAGES = 64
 """Pages read at a time. Each range opens the document again (MuPDF parses its cross-reference
 table and page tree: about 12 ms of CPU for a 900-page PDF, more for a longer one), so shorter
 ranges cost time; a range's result (about 0.1 MB a page of 40 lines) is what is held meanwhile.
-On the generated 900-page PDF: ranges of 32 peak at 118 MB, of 128 at 127 MB, one range at 197 MB."""
+On the generated 900-page PDF: ranges of 32 peak at 118 MB, of 64 at 120 MB, of 128 at 127 MB, one
+range at 197 MB (``benchmarks/pdf_memory.py``; 1,800 pages in ranges of 64: 124 MB)."""
 
 _WORDS_KEPT = 200  # words of the document's first texts kept for the summary (it prints the first 14)
 
