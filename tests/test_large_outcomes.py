@@ -7,6 +7,7 @@ real worker process whose inline limit is set through its settings (``MEDIAFLEET
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -180,8 +181,13 @@ def test_a_fleet_job_returns_its_large_bundle_by_reference(fleet_env, start_work
     stored = fields(jobs, job.id)
     assert "outcome" not in stored and stored["outcome_ref"].startswith("sha256:")
     assert sum(len(v) for v in stored.values()) < 4 * SMALL
-    result = jobs.client.get(f"celery-task-meta-{job.id}")  # the result backend holds a small summary only
-    assert result is not None and len(result) < 4 * SMALL and json.loads(result)["result"]["status"] == "ok"
+    # The result backend holds a small summary only. The worker stores it after it has woken the
+    # waiter (the record is the answer; Celery's result is the last word of the task), so wait for it.
+    deadline = time.monotonic() + 30
+    while (result := jobs.client.get(f"celery-task-meta-{job.id}")) is None or json.loads(result)["status"] != "SUCCESS":
+        assert time.monotonic() < deadline, result
+        time.sleep(0.05)
+    assert len(result) < 4 * SMALL and json.loads(result)["result"]["status"] == "ok"
 
     again = fleet.submit(pdf)  # a resubmission returns the same bundle, read back by reference
     assert again.id == job.id and again.bundle(timeout=30).model_dump() == remote.model_dump()
