@@ -9,7 +9,9 @@ Per-job overhead: many small (1-page) jobs through the fleet versus the same job
 The same bare-vs-in-process ratio on real PDFs found at run time (the largest under
 ``/usr/share/doc``, from Debian packages' documentation; none found is said, not faked), and the
 peak memory of one in-process run on a generated 900-page document (a child process each, so
-nothing else is counted), beside bare PyMuPDF's on the same file.
+nothing else is counted), beside bare PyMuPDF's on the same file; and each output path of
+``extract`` (the bundle held whole, streamed as indented JSON, streamed as JSON Lines) at 900 and
+1,800 pages, with the worker that joins a 900-page split job (``benchmarks/pdf_memory.py``).
 Bare and in-process are timed in interleaved rounds (bare, in-process, in-process, bare, ...),
 so a busy machine slows both alike, and each is reported as the median of its rounds.
 Split across workers (``benchmarks/pdf_split.py``): one long PDF as one task on one worker, and
@@ -40,6 +42,7 @@ sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
 import pymupdf  # noqa: E402
 
 from benchmarks.harness import REAL_PDF_ROOT, fleet, median_seconds, real_pdfs, table, write_results  # noqa: E402
+from benchmarks.pdf_memory import memory_peaks  # noqa: E402
 from benchmarks.pdf_split import split_speedup  # noqa: E402
 from mediafleet import Dispatcher, Settings  # noqa: E402
 from tests.media import scanned  # noqa: E402
@@ -180,6 +183,10 @@ def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bo
     long_path.write_bytes(make_pdf(LONG_PAGES, salt="long-"))
     peaks = {"bare": peak_mb("bare", long_path, tmp / "peak-blobs"),
              "mediafleet": peak_mb("mediafleet", long_path, tmp / "peak-blobs")}
+    # Each output path of `extract` in a fresh process, at LONG_PAGES and twice that (the streamed
+    # paths must not grow with the page count), and the worker that joins a split job.
+    by_path = memory_peaks(lambda n: make_pdf(n, salt="memory-"), (LONG_PAGES, 2 * LONG_PAGES),
+                           with_fleet=with_fleet, fleet_pages=LONG_PAGES, reuse=tmp / "memory")
 
     t_fleet = t_small_fleet = float("nan")
     split: dict[str, Any] = {}
@@ -213,6 +220,13 @@ def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bo
         print(f"no real PDF under {REAL_PDF_ROOT}: the real-PDF ratio was not measured")
     print(f"peak memory, generated {LONG_PAGES}-page PDF ({long_path.stat().st_size / 1e6:.1f} MB), one run in a "
           f"child process: mediafleet in-process {peaks['mediafleet']:,.0f} MB; bare PyMuPDF {peaks['bare']:,.0f} MB")
+    memory_rows = [("peak MB, fresh process", *(f"{n} pages" for n in by_path["in_process"]))]
+    paths = next(iter(by_path["in_process"].values()))
+    for name in (k for k, v in paths.items() if isinstance(v, dict)):
+        memory_rows.append((name, *(f"{fig[name]['peak_mb']:,.0f}" for fig in by_path["in_process"].values())))
+    print(table(memory_rows))
+    if "fleet" in by_path:
+        print(f"fleet, {by_path['fleet']['pages']} pages split: {json.dumps(by_path['fleet'])}")
     if not with_fleet:
         print("--no-fleet: results not written (the fleet's figures are missing)")
         return
@@ -235,7 +249,8 @@ def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bo
                                 "real_pdfs": real_figures,
                                 "split_across_workers": split,
                                 "peak_memory_mb": {"pages": LONG_PAGES, "bytes": long_path.stat().st_size,
-                                                   **{k: round(v, 1) for k, v in peaks.items()}}})
+                                                   **{k: round(v, 1) for k, v in peaks.items()}},
+                                "memory_by_path": by_path})
     print(f"wrote {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
 
 
