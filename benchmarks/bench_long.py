@@ -38,17 +38,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_audio import make_recording  # noqa: E402
-from benchmarks.harness import fleet, in_child, need_tools, serve_child, table, write_results  # noqa: E402
+from benchmarks.harness import fleet, in_child, need_tools, peak_mb, serve_child, table, worker_pids, write_results  # noqa: E402
 
 CLIP_MINUTES = 5
 SCENES = ["testsrc2", "smptebars", "mandelbrot", "rgbtestsrc", "testsrc", "yuvtestsrc"]
-
-
-def _peak_mb(pid: int | str = "self") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def make_long_audio(folder: Path, minutes: float) -> tuple[Path, float]:
@@ -113,7 +106,7 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "peak_mb": _peak_mb(), "loci": loci}
+    return {"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_mb(), "loci": loci}
 
 
 def in_process(mode: str, path: Path) -> dict[str, Any]:
@@ -121,32 +114,19 @@ def in_process(mode: str, path: Path) -> dict[str, Any]:
     return in_child(__file__, mode, path, env)
 
 
-def _worker_pids() -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(a.startswith(b"--hostname=bench") for a in cmd):
-                pids.append(int(proc.name))
-    return pids
-
-
 def on_fleet(path: Path) -> dict[str, Any]:
     from mediafleet import Dispatcher, Settings
 
     with fleet(specs=[(["--pool=solo"], {"MEDIAFLEET_THREADS": "1", "OMP_NUM_THREADS": "1"})]) as env:
-        pids = _worker_pids()
-        base = {pid: _peak_mb(pid) for pid in pids}
+        pids = worker_pids()
+        base = {pid: peak_mb(pid) for pid in pids}
         dispatcher = Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"],
                                          blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"])))
         start = time.perf_counter()
         bundle = dispatcher.submit(path).bundle(timeout=4 * 3600)
         wall = time.perf_counter() - start
         assert bundle.status == "ok", bundle.error
-        peaks = {pid: _peak_mb(pid) for pid in pids}
+        peaks = {pid: peak_mb(pid) for pid in pids}
         cpu = 0.0
         for pid in pids:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

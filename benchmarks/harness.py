@@ -83,6 +83,28 @@ def _wait_ready(env: dict[str, str], workers: int, timeout: float = 120.0) -> bo
     return False
 
 
+def peak_mb(pid: int | str = "self") -> float:
+    """A process's peak resident memory (``VmHWM``) in MB, read from ``/proc``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for process {pid}")
+
+
+def worker_pids() -> list[int]:
+    """The processes of the workers :func:`fleet` started (their ``--hostname=bench...``)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(a.startswith(b"--hostname=bench") for a in cmd):
+                pids.append(int(proc.name))
+    return pids
+
+
 def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 

@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import ROOT, fleet, table, write_results  # noqa: E402
+from benchmarks.harness import ROOT, fleet, peak_mb, table, worker_pids, write_results  # noqa: E402
 
 __all__ = ["memory_peaks"]
 
@@ -89,34 +89,14 @@ def _in_process(path: Path, tmp: Path) -> dict[str, dict[str, float]]:
     return paths
 
 
-def _worker_pids() -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(a.startswith(b"--hostname=bench") for a in cmd):
-                pids.append(int(proc.name))
-    return pids
-
-
-def _peak_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for process {pid}")
-
-
 def _on_fleet(path: Path, tmp: Path) -> dict[str, Any]:
     with fleet(specs=[(["--pool=solo"], {})]) as env:
-        pids = _worker_pids()
-        at_start = max(_peak_mb(pid) for pid in pids)
+        pids = worker_pids()
+        at_start = max(peak_mb(pid) for pid in pids)
         out = tmp / f"fleet-{path.stem}"
         waiter, seconds = _child(_CLI, ["extract", str(path), "--broker", env["MEDIAFLEET_BROKER_URL"], "--out", str(out),
                                         "--jsonl", "--timeout", "3600"], _env(env))
-        worker = max(_peak_mb(pid) for pid in pids)
+        worker = max(peak_mb(pid) for pid in pids)
     return {"worker_peak_mb": round(worker, 1), "worker_peak_mb_at_start": round(at_start, 1),
             "waiting_cli_peak_mb": round(waiter, 1), "seconds": round(seconds, 2), "range_pages": 32}
 
