@@ -95,18 +95,13 @@ def _evidence(
         set_extra(node, None)
         set_private(node, None)
         add_node(node)
-        edge = new(Edge)
-        set_dict(edge, {"source": evidence_id, "target": occurrence_id, "relationship": "extractedFrom"})
-        set_fields_set(edge, _EDGE_FIELDS)
-        set_extra(edge, None)
-        set_private(edge, None)
-        add_edge(edge)
-        edge = new(Edge)
-        set_dict(edge, {"source": evidence_id, "target": claim_id, "relationship": "SUPPORTS"})
-        set_fields_set(edge, _EDGE_FIELDS)
-        set_extra(edge, None)
-        set_private(edge, None)
-        add_edge(edge)
+        for target, relationship in ((occurrence_id, "extractedFrom"), (claim_id, "SUPPORTS")):
+            edge = new(Edge)
+            set_dict(edge, {"source": evidence_id, "target": target, "relationship": relationship})
+            set_fields_set(edge, _EDGE_FIELDS)
+            set_extra(edge, None)
+            set_private(edge, None)
+            add_edge(edge)
     return ids
 
 

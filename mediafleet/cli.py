@@ -502,12 +502,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         print(f"mediafleet extract: {item.name}: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
     show.clear()
-    status = EXIT_OK
-    if bundle.status != "ok":
-        status = EXIT_FAILED
-        error = bundle.error
-        why = f"{error.code.value}: {error.message}" if error is not None else "no reason given"
-        print(f"mediafleet extract: {item.name}: failed: {why}", file=sys.stderr)
+    status = _said_failed(item.name, bundle)
     saved.shown += 1
     if args.json:
         sys.stdout.write(bundle.model_dump_json() + "\n")
@@ -578,14 +573,19 @@ class _PendingPdf:
                                 form=form)
 
 
+def _said_failed(name: str, bundle: Any) -> int:
+    """The exit status of one artifact's bundle (held or written as made), a failure said on stderr."""
+    if bundle.status == "ok":
+        return EXIT_OK
+    error = bundle.error
+    why = f"{error.code.value}: {error.message}" if error is not None else "no reason given"
+    print(f"mediafleet extract: {name}: failed: {why}", file=sys.stderr)
+    return EXIT_FAILED
+
+
 def _written(name: str, written: Any, saved: _Saved) -> int:
     """Show a bundle written as it was made (``--out DIR``); returns its exit status."""
-    status = EXIT_OK
-    if written.status != "ok":
-        status = EXIT_FAILED
-        error = written.error
-        why = f"{error.code.value}: {error.message}" if error is not None else "no reason given"
-        print(f"mediafleet extract: {name}: failed: {why}", file=sys.stderr)
+    status = _said_failed(name, written)
     saved.shown += 1
     saved.bundles += 1
     print("\n".join(written.summary_lines(name)))
