@@ -19,7 +19,7 @@ from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf, 
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.job import Job
-from mediafleet.jobstore import JobRecord, JobStore, Watch
+from mediafleet.jobstore import JobRecord, JobStore, Watch, finished_channel
 from mediafleet.unreachable import redis_away_errors, translating
 from mediafleet.workers.middleware import join_parts, report_part
 
@@ -188,8 +188,15 @@ class FleetJob(Job):
             # Ended without an outcome that counts (a stale delivery's, or one on its way): poll.
             time.sleep(min(left, 0.1))
             return None
-        if not watch.wait(left) and on_progress is not None and (p := self.progress()) is not None:
-            on_progress(p)
+        if not watch.wait(left):
+            if on_progress is not None and (p := self.progress()) is not None:
+                on_progress(p)
+            return None
+        # Woken by the write of its outcome: the notice carries what was written (checked as the
+        # record would be, and for the submission just read), so the record need not be read again.
+        if (woken := watch.woken_by) is not None and woken[0] == finished_channel(self.id) and record is not None \
+                and (noticed := self._jobs.noticed(self.id, woken[1], self._request, record.token)) is not None:
+            return self._finished(noticed)
         return None
 
     def _settle(self, ended: str | None) -> Outcome | None:

@@ -241,11 +241,14 @@ return {attempts, state, parts}
 # any: a joiner, the cancel path), ARGV[2] the attempts the writer saw ('' for any: only the waiter,
 # writing a lost task's failure, passes it), ARGV[3] the hostname that delivery ran on ('' for
 # any), ARGV[4] job id, ARGV[5] '1' when the outcome is ok, ARGV[6] the ttl when the record names
-# none, ARGV[7] '1' to publish on KEYS[3] (the job's finished channel) once written, ARGV[8] '1'
-# to write nothing to a record cancelled meanwhile (returns -1: the writer finishes it cancelled),
-# ARGV[9..] field/value pairs. Writes a final outcome once: a record that holds an outcome (inline,
-# or by reference) is never overwritten, and a delivery that no longer owns the record (a newer one
-# started since) writes nothing. Returns 1 when written.
+# none, ARGV[7] '1' to publish on KEYS[3] (the job's finished channel) once written: the record's
+# submission token, then ARGV[9] (what a woken waiter of that submission takes the outcome from,
+# :meth:`JobStore.noticed`), ARGV[8] '1' to write nothing to a record cancelled meanwhile (returns
+# -1: the writer finishes it cancelled), ARGV[9] the fields below as :func:`_notice` writes them,
+# ARGV[10..] field/value pairs. Writes a
+# final outcome once: a record that holds an outcome (inline, or by reference) is never
+# overwritten, and a delivery that no longer owns the record (a newer one started since) writes
+# nothing. Returns 1 when written.
 _FINISH = """
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'outcome') == 1
    or redis.call('HEXISTS', KEYS[1], 'outcome_ref') == 1 then return 0 end
@@ -253,14 +256,17 @@ if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[2] then return 0 end
 if ARGV[3] ~= '' and (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[3] then return 0 end
 if ARGV[8] == '1' and redis.call('HGET', KEYS[1], 'state') == 'cancelled' then return -1 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+redis.call('HSET', KEYS[1], unpack(ARGV, 10))
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'completions', 1) end
 for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(name, 1, 5) == 'part:' then redis.call('HDEL', KEYS[1], name) end
 end
 redis.call('SREM', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'keep_s') or ARGV[6]))
-if ARGV[7] == '1' then redis.call('PUBLISH', KEYS[3], '1') end
+if ARGV[7] == '1' then
+  local token = redis.call('HGET', KEYS[1], 'token') or ''
+  redis.call('PUBLISH', KEYS[3], #token .. ':' .. token .. ARGV[9])
+end
 return 1
 """
 
@@ -287,6 +293,7 @@ return {fields, alive, status}
 """
 # Celery's states of a task that has ended (celery.states.READY_STATES).
 _ENDED = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+_FINAL = frozenset({JobState.DONE.value, JobState.FAILED.value, JobState.CANCELLED.value})
 
 
 # KEYS[1] record, KEYS[2] the started set, KEYS[3] the presence key of the worker the caller saw the
@@ -384,14 +391,16 @@ class JobRecord:
     """
 
     def __init__(self, job_id: str, fields: dict[str, str], forged: bool = False,
-                 worker_alive: bool | None = None, blobs: BlobStore | None = None, signer: Any = None) -> None:
+                 worker_alive: bool | None = None, blobs: BlobStore | None = None, signer: Any = None,
+                 outcome: Outcome | None = None) -> None:
         self.job_id = job_id
         self._f = fields
         self.forged = forged
         self.worker_alive = worker_alive
         self._blobs = blobs
         self._signer = signer  # with signing on, each part's reported outcome is checked like the record's
-        self._outcome: tuple[Outcome | None] | None = None
+        # ``outcome``: already read back and checked from these fields (:meth:`JobStore.noticed`).
+        self._outcome: tuple[Outcome | None] | None = None if outcome is None else (outcome,)
 
     @property
     def state(self) -> JobState:
@@ -400,6 +409,11 @@ class JobRecord:
     @property
     def request(self) -> ExtractRequest:
         return ExtractRequest.model_validate_json(self._f["request"])
+
+    @property
+    def token(self) -> str | None:
+        """The submission's token (a new one per claim): its messages carry it, its finished notice names it."""
+        return self._f.get("token") or None
 
     @property
     def attempts(self) -> int:
@@ -563,8 +577,10 @@ def _signed_text(job_id: str, fields: dict[str, str]) -> str | None:
 class Watch:
     """One pub/sub connection a waiter sleeps on between reads of a job's record.
 
-    Only a wake-up: whoever wakes re-reads the record (a message may be missed while Redis is away,
-    so a waiter also re-reads when its slice of time runs out). Closed, it goes back to its job
+    A wake-up: whoever wakes re-reads the record (a message may be missed while Redis is away, so a
+    waiter also re-reads when its slice of time runs out), except that a plain job's outcome write
+    publishes what it wrote, which the woken waiter takes instead, checked as the record's would be
+    (:meth:`JobStore.noticed`; ``woken_by`` keeps the message). Closed, it goes back to its job
     store for the next waiter (unsubscribed, its connection kept: a connection per job would be a
     connect and a handshake per job); discarded, or broken, its connection is dropped.
     """
@@ -574,6 +590,8 @@ class Watch:
         self._channels: set[str] = set()
         self._idle = idle
         self._broken = False
+        self.woken_by: tuple[str, Any] | None = None
+        """The channel and data of the message that ended the last :meth:`wait` (None: it timed out)."""
 
     def follow(self, job_id: str, task_id: str) -> None:
         """Wake on ``job_id``'s record being finished and on ``task_id``'s Celery result (subscribed
@@ -591,10 +609,12 @@ class Watch:
         """Sleep until a followed channel says something or ``timeout`` passes; whether it said.
         (A message on a channel an earlier waiter followed on this connection is not a wake-up.)"""
         deadline = time.monotonic() + timeout
+        self.woken_by = None
         try:
             while (left := deadline - time.monotonic()) > 0:
                 message = self._pubsub.get_message(timeout=left)
-                if message is not None and _text(message.get("channel")) in self._channels:
+                if message is not None and (channel := _text(message.get("channel"))) in self._channels:
+                    self.woken_by = (channel, message.get("data"))
                     return True
         except BaseException:
             self._broken = True
@@ -620,6 +640,36 @@ class Watch:
             self._pubsub.close()
         except Exception:  # noqa: BLE001 - closing a connection Redis already dropped
             pass
+
+
+def _notice(flat: Sequence[str]) -> bytes:
+    """A finished notice: the fields written, names and values in turn, each as ``<bytes>:<bytes>``
+    (nothing escaped, so neither side copies an outcome more than once)."""
+    return b"".join(b"%d:%s" % (len(data), data) for data in (x.encode() for x in flat))
+
+
+def _notice_fields(notice: Any) -> tuple[str, dict[str, str]] | None:
+    """The submission token and the fields a finished notice names (each ``<bytes>:<bytes>``, the
+    token first, then the fields as :func:`_notice` wrote them); None for anything else (a bare
+    wake-up, a malformed notice)."""
+    data = notice.encode() if isinstance(notice, str) else notice
+    if not isinstance(data, bytes):
+        return None
+    items: list[str] = []
+    at = 0
+    try:
+        while at < len(data):
+            colon = data.index(b":", at)
+            size, start = int(data[at:colon]), colon + 1
+            if size < 0 or start + size > len(data):
+                return None
+            items.append(data[start:start + size].decode())
+            at = start + size
+    except ValueError:  # no length, not a number, not UTF-8
+        return None
+    if len(items) < 3 or len(items) % 2 == 0:
+        return None
+    return items[0], dict(zip(items[1::2], items[2::2], strict=True))
 
 
 def _text(value: Any) -> str | None:
@@ -717,6 +767,35 @@ class JobStore:
         forged = (self._signer is not None and signed is not None
                   and not self._signer.verify(signed, fields.get("outcome_sig")))
         return JobRecord(job_id, fields, forged, None if alive < 0 else bool(alive), self._blobs, self._signer), ended
+
+    def noticed(self, job_id: str, notice: Any, request: ExtractRequest, token: str | None) -> JobRecord | None:
+        """The finished record a job's finished notice carries: the fields its finish wrote, in
+        the same step as it published them (:meth:`finish` with ``announce``), so a woken waiter
+        need not read the record again. Taken only as the record would be (its outcome validated
+        as this job's, its signature checked with signing on), and only for the submission the
+        waiter read the record of (``token``, :attr:`JobRecord.token`: a notice of an earlier
+        submission of the same job, left unread on a reused connection, is not this one's
+        outcome). None for a bare wake-up, another submission's notice, or one that is not a valid
+        finished record with an inline outcome (the waiter then reads the record itself).
+
+        ``request`` is the job's request, which the notice does not carry.
+        """
+        if not token or (noticed := _notice_fields(notice)) is None or noticed[0] != token:
+            return None
+        fields = noticed[1]
+        raw = fields.get("outcome")
+        if fields.get("state") not in _FINAL or not raw or "outcome_ref" in fields:
+            return None
+        if self._signer is not None and not self._signer.verify(raw, fields.get("outcome_sig")):
+            return None
+        try:
+            outcome = Outcome.model_validate_json(raw)
+        except ValueError:
+            return None
+        if outcome.job_id != job_id:
+            return None
+        fields["request"] = request.model_dump_json()
+        return JobRecord(job_id, fields, blobs=self._blobs, signer=self._signer, outcome=outcome)
 
     def discard_forged(self, job_id: str) -> bool:
         """Delete a record whose outcome failed its signature check, or whose outcome's blob is gone
@@ -924,7 +1003,7 @@ class JobStore:
         written = self._finish(keys=[self.key(outcome.job_id), _STARTED, finished_channel(outcome.job_id)], args=[
             "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",
             outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, "1" if announce else "0",
-            "1" if unless_cancelled else "0", *flat])
+            "1" if unless_cancelled else "0", _notice(flat) if announce else "", *flat])
         if int(written) < 0:
             from mediafleet.contract.errors import Cancelled
 

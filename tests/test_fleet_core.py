@@ -121,3 +121,57 @@ def test_a_claim_is_routed_to_the_first_device_class_with_a_live_worker(jobs: Jo
     assert token is not None and not held and chosen.device == DeviceClass.CPU
     assert record.state == JobState.QUEUED and record.held_reason is None and record.request.device == DeviceClass.CPU
     assert record.summary()["device"] == "cpu"
+
+
+@pytest.mark.integration
+def test_a_finished_notice_carries_the_outcome_checked_as_the_record_would_be(jobs: JobStore, tmp_path: Path) -> None:
+    """A plain job's outcome write publishes what it wrote, so its woken waiter takes the outcome
+    from the notice instead of reading the record again. What it takes is checked as the record's
+    outcome is: a bare wake-up, a notice of another job's outcome, or, with signing on, one without
+    a valid signature is not taken (the waiter reads the record instead)."""
+    from datetime import UTC, datetime
+
+    from mediafleet.contract.errors import ErrorCode, PublicError
+    from mediafleet.contract.jobs import Outcome
+    from mediafleet.jobstore import OutcomeSigner
+    from tests.certs import signing_env
+
+    env = signing_env(tmp_path)
+    signer = OutcomeSigner(Path(env["MEDIAFLEET_SIGNING_KEY_FILE"]), Path(env["MEDIAFLEET_SIGNING_CERT_FILE"]),
+                           Path(env["MEDIAFLEET_SIGNING_CERT_STORE"]))
+    signed = JobStore(jobs.client, ttl_s=3600, signer=signer)
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    other = pdf_request(LocalBlobStore(tmp_path / "blobs"), pages=2)
+    assert signed.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=3600) is not None
+    outcome = Outcome.failed(request, PublicError(code=ErrorCode.TIMEOUT, retryable=True, message="slow"),
+                             datetime.now(UTC))
+    watch = signed.watch()
+    watch.follow(request.job_id, request.job_id)
+    assert signed.finish(outcome, announce=True)
+    assert watch.wait(5) is True and watch.woken_by is not None
+    channel, notice = watch.woken_by
+    assert channel == finished_channel(request.job_id)
+    token = signed.get(request.job_id).token
+    record = signed.noticed(request.job_id, notice, request, token)
+    assert record is not None and record.final and record.outcome == outcome
+    assert record.state == JobState.FAILED and not record.forged
+    assert signed.get(request.job_id).outcome == record.outcome  # what the record holds
+
+    def as_notice(fields: dict[str, str], of: str | None = token) -> bytes:
+        return b"".join(b"%d:%s" % (len(x.encode()), x.encode()) for x in (of, *(x for kv in fields.items() for x in kv)))
+
+    fields = {k: v for k, v in record._f.items() if k != "request"}  # the notice's, with the request added
+    assert as_notice(fields) == notice and fields["state"] == "failed" and "outcome_sig" in fields
+    assert signed.noticed(request.job_id, b"1", request, token) is None  # a bare wake-up
+    assert signed.noticed(request.job_id, notice[:-1], request, token) is None  # cut short
+    assert signed.noticed(other.job_id, notice, other, token) is None  # another job's outcome
+    # An earlier submission's notice (left unread on a reused connection) is not this one's outcome.
+    assert signed.noticed(request.job_id, notice, request, "another-submission") is None
+    assert signed.noticed(request.job_id, as_notice(fields, of="another-submission"), request, token) is None
+    assert signed.noticed(request.job_id, as_notice({**fields, "outcome_sig": ""}), request, token) is None
+    unsigned = {k: v for k, v in fields.items() if k != "outcome_sig"}
+    assert signed.noticed(request.job_id, as_notice(unsigned), request, token) is None
+    assert jobs.noticed(request.job_id, as_notice(unsigned), request, token) is not None  # signing off: taken
+    assert signed.noticed(request.job_id, as_notice({**fields, "state": "started"}), request, token) is None
+    assert signed.noticed(request.job_id, as_notice({**fields, "outcome": "{}"}), request, token) is None
+    watch.discard()
