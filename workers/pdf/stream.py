@@ -48,7 +48,7 @@ from pydantic import TypeAdapter
 
 from mediafleet.adapters.bundle import build_bundle, with_claims
 from mediafleet.adapters.drafts import address_json
-from mediafleet.adapters.ids import LOCUS_PREFIX, locus_refs
+from mediafleet.adapters.ids import LOCUS_PREFIX, locus_ref, locus_refs
 from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.prov import turtle_lines
 from mediafleet.adapters.stream import edge_line, end_line, head_line, node_line, prov_line, write_bundle_lines
@@ -306,10 +306,7 @@ def write_pdf_bundle(
                     return _whole(done, lines_to, turtle_to, form)
                 forms, run = done
                 if turtle_to is not None:
-                    with _Temp(turtle_to) as ttl:
-                        for line in turtle_lines({"@context": forms.context, "@graph": _graph(forms, run)}):
-                            ttl.file.write(line)
-                        ttl.keep()
+                    _write_turtle(turtle_to, {"@context": forms.context, "@graph": _graph(forms, run)})
                 out.keep()
             return Written("ok", None, lambda name: _summary(name, forms, run))
 
@@ -404,8 +401,6 @@ def _locus_ids(derivation: str, first: int, count: int) -> list[str]:
     """Locus ids ``first`` to ``first + count - 1`` of the derivation (as ``locus_refs`` numbers them)."""
     if first == 0:
         return locus_refs(derivation, count)
-    from mediafleet.adapters.ids import locus_ref
-
     return [locus_ref(derivation, i) for i in range(first, first + count)]
 
 
@@ -473,12 +468,17 @@ def _whole(bundle: EvidenceBundle, lines_to: Path, turtle_to: Path | None, form:
         else:
             out.file.write(bundle.model_dump_json(indent=2))
         if turtle_to is not None:
-            with _Temp(turtle_to) as ttl:
-                for line in turtle_lines(bundle.prov):
-                    ttl.file.write(line)
-                ttl.keep()
+            _write_turtle(turtle_to, bundle.prov)
         out.keep()
     return Written(bundle.status, bundle.error, lambda name: summary_lines(name, bundle))
+
+
+def _write_turtle(target: Path, prov: dict[str, Any]) -> None:
+    """``prov`` (its ``@graph`` may be an iterator) as Turtle, under a temporary name renamed to ``target``."""
+    with _Temp(target) as ttl:
+        for line in turtle_lines(prov):
+            ttl.file.write(line)
+        ttl.keep()
 
 
 class _Lines:
