@@ -7,11 +7,12 @@ provenance activity node per call. Pure: no I/O, no clock; every id is derived f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from mediafleet.adapters.drafts import set_dict, set_extra, set_fields_set, set_private
-from mediafleet.adapters.ids import LOCUS_PREFIX, canonical, locus_head, ref, token
+from mediafleet.adapters.ids import LOCUS_PREFIX, canonical, locus_tokens, ref, token
 from mediafleet.adapters.loci import LocusDraft, to_loci
 from mediafleet.adapters.nogc import collection_paused
 from mediafleet.adapters.prov import ProvFacts, prov_jsonld
@@ -29,40 +30,40 @@ from mediafleet.contract.jobs import Outcome
 from mediafleet.contract.locus import LocusSubject
 from mediafleet.contract.manifest import Capability
 
-__all__ = ["build_bundle", "refused_bundle", "with_claims"]
+__all__ = ["build_bundle", "evidence_properties", "refused_bundle", "with_claims"]
 
 # The fields-sets the Evidence nodes and their edges share (see mediafleet.adapters.drafts).
 _NODE_FIELDS = {"id", "node_type", "properties"}
 _EDGE_FIELDS = {"source", "target", "relationship"}
 
 
-def _evidence(
-    drafts: list[LocusDraft], derivation: str, policy: str, subject_json: dict[str, Any], occurrence_id: str,
-    blob_id: str, claim_id: str, nodes: list[Node], edges: list[Edge],
-) -> list[str]:
-    """An Evidence node per draft and its two edges (``extractedFrom`` the occurrence, ``SUPPORTS``
-    the claim), added to ``nodes`` and ``edges``; returns the locus ids, in draft order.
+def evidence_properties(
+    drafts: Sequence[LocusDraft], locus_ids: Sequence[str], *, subject: dict[str, Any], policy: str,
+    derivation: str, occurrence_id: str, blob_id: str, text_base: int = 0,
+) -> list[dict[str, Any]]:
+    """The properties of each draft's Evidence node (its id ``evidence:<token of its locus id>``),
+    in draft order: the one form of an Evidence node, for the whole bundle and the streamed one.
 
-    Each envelope is ``EvidenceLocus(...).model_dump(mode="json")`` written out: its refs are well
-    formed by construction (the subject, policy and derivation validated once by the caller, each
-    locus id a hash in the locus namespace) and its address was validated by the modality's
-    mapping, so no envelope is validated again per locus. The node is ``Node(id=..., node_type=
-    "Evidence", properties=...)`` and each edge ``Edge(...)`` as validation makes them (of strings
-    and a dict of JSON values this function built: :func:`mediafleet.adapters.drafts.trusted`,
-    inlined), so no model call is made per locus either. The properties are those of
-    ``{"evidence_locus": ..., "occurrence_id": ..., "blob_ref": ..., "locus_kind": ...,
-    **draft.properties, "text": ..., "confidence": ...}`` (text and confidence when set), copied
-    from one template per run of drafts sharing a properties dict (a page's lines) instead of
-    merged afresh for each; the envelopes share one subject value (read-only, as every property
-    is). ``tests/test_pdf_speed_paths.py`` checks all of it against the plain form.
+    Each is ``{"evidence_locus": ..., "occurrence_id": ..., "blob_ref": ..., "locus_kind": ...,
+    **draft.properties, "text": ..., "confidence": ...}`` (text and confidence when set), where the
+    envelope is ``EvidenceLocus(id=locus_id, subject=subject, address=draft.address,
+    policy_ref=policy, derivation_ref=derivation).model_dump(mode="json")`` written out: its refs
+    are well formed by construction (the subject, policy and derivation validated once by the
+    caller, each locus id a hash in the locus namespace) and its address was validated by the
+    modality's mapping, so no envelope is validated again per locus. A draft whose properties hold
+    their own ``evidence_locus`` keeps it. ``text_base`` moves a CharacterRange on (a range of a
+    streamed document indexes the whole document's text).
+
+    The dicts are copied from one template per run of drafts sharing a properties dict (a page's
+    lines) instead of merged afresh for each, and share one subject value (read-only, as every
+    property is). ``tests/test_pdf_speed_paths.py`` checks all of it against the plain form.
     """
-    ids: list[str] = []
-    add_id, add_node, add_edge = ids.append, nodes.append, edges.append
-    fork = locus_head(derivation).copy
-    new = object.__new__
+    made: list[dict[str, Any]] = []
+    add = made.append
     template: dict[str, Any] = {}
     shape: tuple[Any, ...] = ()
-    for index, draft in enumerate(drafts):
+    shared = True
+    for locus_id, draft in zip(locus_ids, drafts, strict=True):
         address, text, confidence, properties = draft.address, draft.text, draft.confidence, draft.properties
         kind = address.kind
         has_text, has_confidence = text is not None, confidence is not None
@@ -75,34 +76,80 @@ def _evidence(
             if has_confidence:
                 template["confidence"] = None
             shared = "evidence_locus" not in properties  # else the draft's own value is kept
-        h = fork()
-        h.update(b"%d" % index)
-        digest = h.hexdigest()[:32]
-        locus_id = LOCUS_PREFIX + digest
-        add_id(locus_id)
-        evidence_id = "evidence:" + digest
         props = template.copy()
         if shared:
-            props["evidence_locus"] = {"id": locus_id, "subject": subject_json, "address": dict(address.__dict__),
+            # The address's JSON form is its own __dict__ (address_json), shared, not copied: a
+            # frozen model's, never changed, and read-only in the bundle as every property is.
+            where = address.__dict__
+            if text_base and kind == "character_range":
+                where = {**where, "start": where["start"] + text_base, "end": where["end"] + text_base}
+            props["evidence_locus"] = {"id": locus_id, "subject": subject, "address": where,
                                        "policy_ref": policy, "derivation_ref": derivation}
         if has_text:
             props["text"] = text
         if has_confidence:
             props["confidence"] = confidence
+        add(props)
+    return made
+
+
+def _evidence(
+    drafts: list[LocusDraft], derivation: str, policy: str, subject_json: dict[str, Any], occurrence_id: str,
+    blob_id: str, claim_id: str, nodes: list[Node], edges: list[Edge],
+) -> list[str]:
+    """An Evidence node per draft (:func:`evidence_properties`) and its two edges
+    (``extractedFrom`` the occurrence, ``SUPPORTS`` the claim), added to ``nodes`` and ``edges``;
+    returns the locus ids, in draft order.
+
+    The node is ``Node(id=..., node_type="Evidence", properties=...)`` and each edge ``Edge(...)``
+    as validation makes them (of strings and a dict of JSON values made here:
+    :func:`mediafleet.adapters.drafts.trusted`, inlined), so no model call is made per locus.
+    """
+    tokens = locus_tokens(derivation, len(drafts))
+    ids = [LOCUS_PREFIX + t for t in tokens]
+    add_node, add_edge = nodes.append, edges.append
+    new = object.__new__
+    every = evidence_properties(drafts, ids, subject=subject_json, policy=policy, derivation=derivation,
+                                occurrence_id=occurrence_id, blob_id=blob_id)
+    for token_, props in zip(tokens, every):
+        evidence_id = "evidence:" + token_
         node = new(Node)
         set_dict(node, {"id": evidence_id, "node_type": "Evidence", "properties": props})
         set_fields_set(node, _NODE_FIELDS)
         set_extra(node, None)
         set_private(node, None)
         add_node(node)
-        for target, relationship in ((occurrence_id, "extractedFrom"), (claim_id, "SUPPORTS")):
-            edge = new(Edge)
-            set_dict(edge, {"source": evidence_id, "target": target, "relationship": relationship})
-            set_fields_set(edge, _EDGE_FIELDS)
-            set_extra(edge, None)
-            set_private(edge, None)
-            add_edge(edge)
+        edge = new(Edge)
+        set_dict(edge, {"source": evidence_id, "target": occurrence_id, "relationship": "extractedFrom"})
+        set_fields_set(edge, _EDGE_FIELDS)
+        set_extra(edge, None)
+        set_private(edge, None)
+        add_edge(edge)
+        edge = new(Edge)
+        set_dict(edge, {"source": evidence_id, "target": claim_id, "relationship": "SUPPORTS"})
+        set_fields_set(edge, _EDGE_FIELDS)
+        set_extra(edge, None)
+        set_private(edge, None)
+        add_edge(edge)
     return ids
+
+
+_POLICIES: dict[int, tuple[Capability, str]] = {}
+
+
+def _policy(capability: Capability) -> str:
+    """``ref("policy", canonical(capability.model_dump(mode="json")))``, made once per capability
+    object: a frozen model (its dump cannot change), and a process runs every job of a capability
+    with the one its manifest holds (each job made it afresh: ~0.05 ms, a dump and its JSON).
+    Kept for a few dozen capabilities (the entry holds its capability, so an id is never reused)."""
+    hit = _POLICIES.get(id(capability))
+    if hit is not None and hit[0] is capability:
+        return hit[1]
+    policy = ref("policy", canonical(capability.model_dump(mode="json")))
+    if len(_POLICIES) >= 64:
+        _POLICIES.clear()
+    _POLICIES[id(capability)] = (capability, policy)
+    return policy
 
 
 def _artifact_nodes(artifact: BundleArtifact) -> tuple[list[Node], list[Edge], str, str]:
@@ -226,7 +273,7 @@ def _build_bundle(outcome: Outcome, capability: Capability) -> EvidenceBundle:
             "derivation", art.digest, capability.action, producer.extractor_version, producer.engine,
             producer.engine_version, canonical(producer.options),
         )
-        policy = ref("policy", canonical(capability.model_dump(mode="json")))
+        policy = _policy(capability)
         subject = LocusSubject(id=f"eg:{occurrence_id}")
         checks = {**outcome.checks, "locus_kinds_declared": True, "loci_valid": loci_valid(drafts)}
         claim_id = f"claim:{token('claim', derivation)}"

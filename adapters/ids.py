@@ -13,7 +13,7 @@ from typing import Any
 
 from mediafleet.contract.locus import opaque_ref
 
-__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_head", "locus_ref", "locus_refs", "ref", "token"]
+__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_head", "locus_ref", "locus_refs", "locus_tokens", "ref", "token"]
 
 _SEP = "\x1f"
 LOCUS_PREFIX = "eg:locus:"
@@ -63,12 +63,19 @@ def locus_head(derivation: str) -> Any:
     return hashlib.sha256(f"locus{_SEP}{derivation}{_SEP}".encode())
 
 
+def locus_tokens(derivation: str, count: int) -> list[str]:
+    """The tokens of ``locus_refs(derivation, count)`` (each id less its ``eg:locus:`` prefix),
+    hashing the common prefix once."""
+    fork = locus_head(derivation).copy
+    tokens = []
+    add = tokens.append
+    for index in range(count):
+        h = fork()
+        h.update(b"%d" % index)
+        add(h.hexdigest()[:32])
+    return tokens
+
+
 def locus_refs(derivation: str, count: int) -> list[str]:
     """``[locus_ref(derivation, i) for i in range(count)]``, hashing the common prefix once."""
-    head = locus_head(derivation)
-    refs = []
-    for index in range(count):
-        h = head.copy()
-        h.update(str(index).encode())
-        refs.append(LOCUS_PREFIX + h.hexdigest()[:32])
-    return refs
+    return [LOCUS_PREFIX + t for t in locus_tokens(derivation, count)]

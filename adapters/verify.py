@@ -76,11 +76,23 @@ def loci_valid(drafts: Sequence[LocusDraft]) -> bool:
 
 def _check(drafts: Sequence[LocusDraft]) -> bool:
     rules = _INSIDE
+    eps = _EPS
     for draft in drafts:  # inside(draft) for each, inlined: one call per locus of a long document
         address = draft.address
         if not isinstance(address, _ADDRESSES):
             return False
-        rule = rules.get(address.kind)
+        kind = address.kind
+        if kind == "image_region" or kind == "page_region":  # _box, inlined (a document's lines)
+            b = draft.bounds
+            width, height = b.width, b.height
+            if width is None or height is None:
+                return False
+            x, y = address.x, address.y
+            if not (x >= -eps and y >= -eps and x + address.width <= width + eps
+                    and y + address.height <= height + eps):
+                return False
+            continue
+        rule = rules.get(kind)
         if rule is None or not rule(address, draft.bounds):
             return False
     return True

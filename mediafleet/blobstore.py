@@ -39,6 +39,10 @@ def open_store(settings: Settings) -> BlobStore:
     return LocalBlobStore(settings.blob_root)
 
 
+_REHASH_MAX = 256 * 1024
+"""Up to this size, a blob stored again is hashed in place and kept when intact (see ``put_stream``)."""
+
+
 class LocalBlobStore:
     """Blobs in a local (or shared, e.g. NFS) directory: ``<root>/sha256/ab/cd/<hex>``."""
 
@@ -67,20 +71,43 @@ class LocalBlobStore:
         return True
 
     def put_stream(self, stream: BinaryIO, head_bytes: int = 4096) -> tuple[str, int, bytes]:
-        """Store a stream; returns its digest, its size and its first ``head_bytes`` bytes."""
+        """Store a stream; returns its digest, its size and its first ``head_bytes`` bytes.
+
+        A small blob (up to :data:`_REHASH_MAX` bytes) already stored intact (its bytes hash to its
+        digest) is kept, its stamp refreshed, and the copy dropped; any other is replaced by the
+        copy (an altered or cut-short one included). Renaming a copy over an old file frees the old
+        file's blocks: measured here 0.25-0.5 ms of wall time for a 140 kB file, most of a short
+        PDF's store when it is submitted again, against 0.04 ms to drop the copy and 0.1 ms to hash
+        the old file; above a few hundred kB the hash costs more CPU than the rename saves.
+        """
         tmp_dir = self.root / "tmp"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        if not tmp_dir.is_dir():
+            tmp_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=tmp_dir)
         try:
             with os.fdopen(fd, "wb") as out:
                 digest, size, head = copy_hashing(stream, out, head_bytes)
             target = self._path(digest)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, target)
+            if size <= _REHASH_MAX and self._intact(target, digest, size):
+                os.unlink(tmp)
+                self._touch(target)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
         return digest, size, head
+
+    @staticmethod
+    def _intact(path: Path, digest: str, size: int) -> bool:
+        """True when ``path`` holds ``size`` bytes that hash to ``digest``."""
+        try:
+            if os.stat(path).st_size != size:
+                return False
+            return hash_file(path) == digest
+        except FileNotFoundError:
+            return False
 
     def _commit(self, digest: str, write) -> None:  # type: ignore[no-untyped-def]
         target = self._path(digest)

@@ -23,6 +23,7 @@ from mediafleet.adapters.ids import locus_ref, locus_refs
 from mediafleet.adapters.nogc import collection_paused
 from mediafleet.adapters.pdf import pdf_loci
 from mediafleet.adapters.prov import ProvFacts, prov_jsonld
+from mediafleet.adapters import verify as verify_module
 from mediafleet.adapters.verify import loci_valid
 from mediafleet.contract.addresses import (
     AudioRange,
@@ -447,3 +448,170 @@ def test_page_text_is_the_plain_one_on_random_lines() -> None:
                 lines.append(TextBox(text=text, x=rnd.choice([10.0, 12.0, 300.0]), y=10.0 + 12 * i, width=100.0,
                                      height=10.0))
         assert textlayer.page_text(lines) == _plain_page_text(lines)
+
+
+# --- Real PDFs: each fast form against its plain one ------------------------------------------
+
+REAL_ROOT = Path("/usr/share/doc")  # Debian packages' manuals, where installed
+_CORPUS_PDFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"
+_PAGES_CHECKED = 40  # of each real PDF: enough of a manual's kinds of page, in a few seconds
+
+
+@pytest.fixture(scope="module")
+def many_pdfs(pdfs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The made PDFs, the conformance corpus's and every manual under /usr/share/doc (gzipped
+    ones decompressed here), those that are there."""
+    import gzip
+
+    tmp = tmp_path_factory.mktemp("real")
+    found = [*pdfs, *sorted(_CORPUS_PDFS.glob("*.pdf"))]
+    found += sorted(p for p in REAL_ROOT.rglob("*.pdf") if p.is_file() and not p.is_symlink())
+    for packed in sorted(REAL_ROOT.rglob("*.pdf.gz")):
+        data = gzip.decompress(packed.read_bytes())
+        if data.startswith(b"%PDF"):
+            target = tmp / f"{packed.parent.name}-{packed.name.removesuffix('.gz')}"
+            target.write_bytes(data)
+            found.append(target)
+    return found
+
+
+def _pages(doc: Any) -> range:
+    return range(min(doc.page_count, _PAGES_CHECKED))
+
+
+def test_a_lean_document_reads_as_the_plain_one(many_pdfs: list[Path]) -> None:
+    """open_document skips the outline and metadata; its pages are pymupdf.open's."""
+    assert mupdf_module._LEAN  # the lean form is the one under test here
+    flags = textlayer._TEXT_FLAGS
+    for path in many_pdfs:
+        lean, plain = mupdf_module.open_document(path), pymupdf.open(path, filetype="pdf")
+        try:
+            assert type(lean) is not type(plain) and lean.metadata is None
+            assert (lean.page_count, lean.needs_pass, lean.is_encrypted, lean.is_pdf) == (
+                plain.page_count, plain.needs_pass, plain.is_encrypted, plain.is_pdf)
+            for i in _pages(plain):
+                a, b = lean.load_page(i), plain.load_page(i)
+                assert (a.rect, a.rotation) == (b.rect, b.rotation), (path.name, i)
+                assert text_blocks(a, flags, a.rotation) == b.get_text("dict", flags=flags)["blocks"], (path.name, i)
+        finally:
+            lean.close()
+            plain.close()
+
+
+def test_real_pdfs_give_the_plain_loci_and_evidence(many_pdfs: list[Path]) -> None:
+    """The extractor, pdf_loci, the evidence builder and the containment check on real pages,
+    each against the plain form (validated models, one call per locus)."""
+    facts = ("eg:derivation:" + "ab" * 16, "eg:policy:" + "cd" * 16,
+             {"kind": "occurrence", "id": "eg:occurrence:" + "ef" * 16}, "occurrence:" + "ef" * 16,
+             "blob:" + "01" * 32, "claim:" + "23" * 16)
+    lines = 0
+    for path in many_pdfs:
+        options = PdfOptions(ocr="never", page_span=(1, _PAGES_CHECKED))
+        result = textlayer.extract_pdf(path, options, Limits(max_bytes=10**9))
+        for page in result.pages:
+            _same_model(page, PdfPage(page=page.page, width=page.width, height=page.height, rotation=page.rotation,
+                                      text=page.text, path=page.path, boxes=list(page.boxes)))
+        drafts = pdf_loci(result, DOCUMENT)
+        assert drafts == pdf_loci_plain(result, DOCUMENT)
+        assert verify_module._check(drafts) is all(verify_module.inside(d) for d in drafts) is True
+        nodes, edges = [], []
+        ids = bundle_module._evidence(drafts, *facts, nodes, edges)
+        plain_nodes, plain_edges, plain_ids = _plain_evidence(drafts, *facts)
+        assert ids == plain_ids
+        assert [n.model_dump_json() for n in nodes] == [n.model_dump_json() for n in plain_nodes], path.name
+        assert [e.model_dump_json() for e in edges] == [e.model_dump_json() for e in plain_edges]
+        lines += sum(len(p.boxes) for p in result.pages)
+    assert lines > 100
+
+
+def test_streamed_evidence_moves_character_ranges_on() -> None:
+    """evidence_properties with a text base: the envelope of the moved address, the draft's own
+    address untouched."""
+    text = LocusDraft(CharacterRange(start=3, end=8), Bounds(text_length=9), "hello", None, {"page": 2})
+    line = LocusDraft(ImageRegion(x=1.0, y=2.0, width=3.0, height=4.0), Bounds(width=9.0, height=9.0), "l", None, {})
+    facts = {"subject": {"kind": "occurrence", "id": "eg:occurrence:" + "ef" * 16},
+             "policy": "eg:policy:" + "cd" * 16, "derivation": "eg:derivation:" + "ab" * 16,
+             "occurrence_id": "occurrence:" + "ef" * 16, "blob_id": "blob:" + "01" * 32}
+    ids = locus_refs(facts["derivation"], 2)
+    made = bundle_module.evidence_properties([text, line], ids, **facts, text_base=100)
+    moved = CharacterRange(start=103, end=108)
+    for props, draft, address in zip(made, [text, line], [moved, line.address], strict=True):
+        envelope = EvidenceLocus(id=props["evidence_locus"]["id"], subject=facts["subject"], address=address,
+                                 policy_ref=facts["policy"], derivation_ref=facts["derivation"])
+        assert props["evidence_locus"] == envelope.model_dump(mode="json")
+        assert list(props) == ["evidence_locus", "occurrence_id", "blob_ref", "locus_kind", *draft.properties, "text"]
+    assert text.address == CharacterRange(start=3, end=8)
+    assert [p["evidence_locus"]["id"] for p in made] == ids
+
+
+def test_the_containment_check_is_inside_for_each_locus() -> None:
+    """_check (the box rule inlined) against inside() per locus, on loci in and out of bounds."""
+    bounds = Bounds(width=10.0, height=20.0)
+    nan = float("nan")
+    cases = [
+        LocusDraft(ImageRegion(x=0.0, y=0.0, width=10.0, height=20.0), bounds),
+        LocusDraft(ImageRegion(x=0.0, y=0.0, width=10.0 + 1e-7, height=20.0), bounds),
+        LocusDraft(ImageRegion(x=0.0, y=0.0, width=10.1, height=1.0), bounds),
+        LocusDraft(ImageRegion(x=1.0, y=19.5, width=1.0, height=1.0), bounds),
+        LocusDraft(PageRegion(page=1, x=0.0, y=0.0, width=10.0, height=20.0), bounds),
+        LocusDraft(PageRegion(page=1, x=0.0, y=0.0, width=10.0, height=20.0), Bounds(width=10.0)),
+        LocusDraft(PageRegion(page=1, x=0.0, y=0.0, width=10.0, height=20.0), Bounds(width=nan, height=20.0)),
+        LocusDraft(ImageRegion(x=1.0, y=1.0, width=1.0, height=1.0), Bounds(text_length=5)),
+        LocusDraft(CharacterRange(start=0, end=5), Bounds(text_length=5)),
+        LocusDraft(CharacterRange(start=0, end=6), Bounds(text_length=5)),
+        LocusDraft(AudioRange(start_ms=0, end_ms=5), Bounds(duration_ms=4)),
+        LocusDraft(FrameRange(start_frame=1, end_frame=3), Bounds(frame_count=3)),
+        LocusDraft(VideoTimeRange(start_ms=0, end_ms=5), Bounds(duration_ms=5)),
+    ]
+    verdicts = [verify_module.inside(d) for d in cases]
+    assert True in verdicts and False in verdicts
+    for draft, verdict in zip(cases, verdicts, strict=True):
+        assert verify_module._check([draft]) is verdict
+        assert verify_module._check([cases[0], draft, cases[0]]) is verdict
+    assert verify_module._check(cases) is all(verdicts)
+    not_contract = LocusDraft({"kind": "image_region", "x": 0.0, "y": 0.0, "width": 1.0, "height": 1.0}, bounds)
+    assert verify_module._check([cases[0], not_contract]) is False
+
+
+def test_a_blob_stored_again_is_kept_when_intact_and_replaced_when_not(tmp_path: Path) -> None:
+    import io
+    import os
+
+    from mediafleet.blobstore import _REHASH_MAX, LocalBlobStore
+
+    store = LocalBlobStore(tmp_path / "blobs")
+    data = text_pdf(1)
+    digest, size, head = store.put_stream(io.BytesIO(data))
+    path = store._path(digest)
+    inode = path.stat().st_ino
+    os.utime(path, (1, 1))
+    assert store.put_stream(io.BytesIO(data)) == (digest, size, head)
+    assert path.stat().st_ino == inode and path.stat().st_mtime > 1  # kept, its stamp refreshed
+    path.write_bytes(data[:-1] + b"?")  # altered in place: the same size, another hash
+    assert store.put_stream(io.BytesIO(data))[0] == digest
+    assert path.read_bytes() == data and path.stat().st_ino != inode
+    path.write_bytes(data[:10])  # cut short
+    store.put_stream(io.BytesIO(data))
+    assert path.read_bytes() == data
+    big = b"%PDF" + bytes(_REHASH_MAX)  # above the size hashed in place: replaced, as before
+    big_digest = store.put_stream(io.BytesIO(big))[0]
+    first = store._path(big_digest).stat().st_ino
+    assert store.put_stream(io.BytesIO(big))[0] == big_digest
+    assert store._path(big_digest).stat().st_ino != first and store._path(big_digest).read_bytes() == big
+    assert not list((tmp_path / "blobs" / "tmp").iterdir())  # no copy left behind
+
+
+def test_what_is_made_once_per_process_is_what_each_job_made() -> None:
+    from mediafleet.adapters.ids import canonical, ref
+    from mediafleet.workers import extractor
+    from packaging.specifiers import SpecifierSet
+
+    for capability in Settings().manifest().capabilities.values():
+        plain = ref("policy", canonical(capability.model_dump(mode="json")))
+        assert bundle_module._policy(capability) == plain == bundle_module._policy(capability)
+    for installed, spec in [("1.26.5", ">=1.24,<2"), ("2.0", ">=1.24,<2"), ("2.0", "==2.0"), ("1.0", "not a spec")]:
+        try:
+            want: bool | None = installed in SpecifierSet(spec)
+        except Exception:
+            want = None
+        assert extractor._satisfies(installed, spec) is want

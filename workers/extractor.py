@@ -53,6 +53,16 @@ def _installed(name: str) -> str:
     return metadata.version(name)
 
 
+@cache
+def _satisfies(installed: str, specifier: str) -> bool | None:
+    """Whether version ``installed`` is in ``specifier`` (None: not a valid specifier), worked out
+    once per pair of strings (parsing the specifier costs ~0.05 ms, on every job otherwise)."""
+    try:
+        return installed in SpecifierSet(specifier)
+    except InvalidSpecifier:
+        return None
+
+
 def load_extractor(capability: Capability) -> Extractor:
     """The extractor for a declared capability, after checking its engine is installed as declared.
 
@@ -66,11 +76,10 @@ def load_extractor(capability: Capability) -> Extractor:
         installed = _installed(capability.engine.name)
     except metadata.PackageNotFoundError as exc:
         raise Unavailable(f"the {capability.engine.name} engine is not installed on this worker") from exc
-    try:
-        wanted = SpecifierSet(capability.engine.version)
-    except InvalidSpecifier as exc:
-        raise Unavailable("the manifest's engine version is not a valid specifier") from exc
-    if installed not in wanted:
+    satisfied = _satisfies(installed, capability.engine.version)
+    if satisfied is None:
+        raise Unavailable("the manifest's engine version is not a valid specifier")
+    if not satisfied:
         raise Unavailable(f"{capability.engine.name} {installed} does not satisfy {capability.engine.version}")
     try:
         return _import(path)  # type: ignore[no-any-return]

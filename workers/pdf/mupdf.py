@@ -9,10 +9,11 @@ routed to Python logging instead.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["pymupdf", "text_blocks"]
+__all__ = ["open_document", "pymupdf", "text_blocks"]
 
 
 def _load() -> ModuleType:
@@ -52,3 +53,26 @@ def text_blocks(page: Any, flags: int, rotation: int) -> list[dict[str, Any]]:
     out: dict[str, Any] = {}
     _extra.JM_make_textpage_dict(textpage.m_internal, out, False)
     return out["blocks"]
+
+
+class _Document(pymupdf.Document):  # type: ignore[misc]
+    """A Document that reads neither the outline nor the metadata when it opens (the extractor
+    uses neither; a real manual's outline alone costs about a millisecond, a tenth of reading a
+    17-page one's text): PyMuPDF's ``init_doc`` less those two, its check kept."""
+
+    def init_doc(self) -> None:
+        if self.is_encrypted:
+            raise ValueError("cannot initialize - document still encrypted")
+        self._outline = None
+
+
+# Only where PyMuPDF opens through init_doc and reads the outline there (else the plain open).
+_LEAN = callable(getattr(pymupdf.Document, "init_doc", None)) and callable(getattr(pymupdf.Document, "_loadOutline", None))
+
+
+def open_document(path: Path) -> Any:
+    """``pymupdf.open(path, filetype="pdf")``, without reading the outline and the metadata.
+
+    Its pages are the plain Document's (``tests/test_pdf_speed_paths.py`` checks their text).
+    """
+    return _Document(path, filetype="pdf") if _LEAN else pymupdf.open(path, filetype="pdf")

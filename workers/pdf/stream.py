@@ -18,8 +18,9 @@ and the first words. The stream (:mod:`mediafleet.adapters.stream`) is byte for 
 * the claim, the activity, the artifact's nodes, the fixed edges and PROV entries and the forms of
   the per-locus ones are taken from :func:`mediafleet.adapters.bundle.build_bundle` itself, run on
   a one-page stand-in with the run's producer, checks and times (its counts set to the run's), so
-  this module spells none of them; the Evidence node is the one form written out here, checked
-  against ``build_bundle``'s on the stand-in's three loci before anything is written.
+  this module spells none of them; each range's Evidence nodes are made by the builder
+  ``build_bundle`` makes its own with (:func:`mediafleet.adapters.bundle.evidence_properties`),
+  and checked against ``build_bundle``'s on the stand-in's three loci before anything is written.
 
 The locus ids hash the derivation, which names the producer's options: a page OCR'd in a later
 range adds the OCR engine's thread count to them. When that happens after the first ranges were
@@ -46,8 +47,7 @@ from typing import IO, Any
 
 from pydantic import TypeAdapter
 
-from mediafleet.adapters.bundle import build_bundle, with_claims
-from mediafleet.adapters.drafts import address_json
+from mediafleet.adapters.bundle import build_bundle, evidence_properties, with_claims
 from mediafleet.adapters.ids import LOCUS_PREFIX, locus_ref, locus_refs
 from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.prov import turtle_lines
@@ -148,9 +148,9 @@ class _Forms:
         evidence_ids = [n["id"] for n in self.evidence]
         if evidence_ids != [_evidence_id(i) for i in self.locus_ids]:
             raise RuntimeError("the stand-in's Evidence ids are not its locus ids' tokens")
-        for node, draft in zip(self.evidence, to_loci(stand_in.result, outcome.artifact.digest), strict=True):
-            mine = self.node(node["properties"]["evidence_locus"]["id"], draft, 0)
-            if list(_walk(mine)) != list(_walk(node)):
+        mine = self.nodes(self.locus_ids, to_loci(stand_in.result, outcome.artifact.digest), 0)
+        for node, made in zip(self.evidence, mine, strict=True):
+            if list(_walk(made)) != list(_walk(node)):
                 raise RuntimeError("build_bundle's Evidence node has a form this module does not write")
         edges = [e.model_dump(mode="json") for e in bundle.edges]
         mine_edges = [i for i, e in enumerate(edges) if e["source"] in evidence_ids]
@@ -166,26 +166,15 @@ class _Forms:
         self.prov_before, self.prov_form, self.prov_after = graph[:mine_prov[0]], graph[mine_prov[0]], graph[mine_prov[-1] + 1:]
         self.context = bundle.prov["@context"]
 
-    def node(self, locus_id: str, draft: Any, text_base: int) -> dict[str, Any]:
-        """The Evidence node of ``draft`` (a CharacterRange moved on by ``text_base``), as
-        ``build_bundle`` makes it, in its JSON form."""
-        address = address_json(draft.address)
-        if text_base and address["kind"] == "character_range":
-            address["start"] += text_base
-            address["end"] += text_base
-        props: dict[str, Any] = {
-            "evidence_locus": {"id": locus_id, "subject": self.subject, "address": address,
-                               "policy_ref": self.policy, "derivation_ref": self.derivation},
-            "occurrence_id": self.occurrence_id,
-            "blob_ref": self.blob_ref,
-            "locus_kind": address["kind"],
-            **draft.properties,
-        }
-        if draft.text is not None:
-            props["text"] = draft.text
-        if draft.confidence is not None:
-            props["confidence"] = draft.confidence
-        return {"id": _evidence_id(locus_id), "node_type": "Evidence", "properties": props}
+    def nodes(self, locus_ids: list[str], drafts: list[Any], text_base: int) -> Iterator[dict[str, Any]]:
+        """The Evidence nodes of ``drafts`` (CharacterRanges moved on by ``text_base``), as
+        ``build_bundle`` makes them (:func:`mediafleet.adapters.bundle.evidence_properties`), in
+        their JSON form."""
+        every = evidence_properties(drafts, locus_ids, subject=self.subject, policy=self.policy,
+                                    derivation=self.derivation, occurrence_id=self.occurrence_id,
+                                    blob_id=self.blob_ref, text_base=text_base)
+        for locus_id, props in zip(locus_ids, every, strict=True):
+            yield {"id": _evidence_id(locus_id), "node_type": "Evidence", "properties": props}
 
     def counted(self, loci: int, confidence: float) -> None:
         """Set the stand-in's counts to the run's (its claim, its activity node and PROV entry)."""
@@ -344,11 +333,9 @@ def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest,
         run.range_read(outcome)
         drafts = to_loci(result, outcome.artifact.digest)
         ids = _locus_ids(forms.derivation, run.loci, len(drafts))
-        base = run.text_base
-        for locus_id, draft in zip(ids, drafts, strict=True):
-            write.node(forms.node(locus_id, draft, base))
-            if draft.confidence is not None:
-                run.confidences.append(draft.confidence)
+        for node in forms.nodes(ids, drafts, run.text_base):
+            write.node(node)
+        run.confidences.extend([d.confidence for d in drafts if d.confidence is not None])
         run.loci += len(drafts)
         _tally(run, result, drafts)
         del drafts, ids, result, outcome

@@ -31,7 +31,7 @@ from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
 from mediafleet.contract.manifest import Limits
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
 from mediafleet.workers.pdf.classify import text_layer_reason
-from mediafleet.workers.pdf.mupdf import pymupdf, text_blocks
+from mediafleet.workers.pdf.mupdf import open_document, pymupdf, text_blocks
 from mediafleet.workers.pdf.spec import SPEC
 from mediafleet.workers.reading_order import reading_order_indices
 from mediafleet.workers.sink import BlobSink
@@ -56,7 +56,7 @@ def open_pdf(path: Path, limits: Limits) -> Any:
         LimitExceeded: more pages than ``limits.max_pages`` (``too_many_pages``).
     """
     try:
-        doc = pymupdf.open(path, filetype="pdf")
+        doc = open_document(path)
     except Exception as exc:
         raise InputRejected("the PDF cannot be parsed") from exc
     if doc.needs_pass or doc.is_encrypted:
