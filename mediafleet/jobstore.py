@@ -7,7 +7,7 @@ outcome, kept for at least the caller's pickup window. With Redis persistence on
 Redis restart like the queues do.
 
 A job id is a hash of the artifact digest, capability, extractor version and options, so the same
-work always has the same id: :meth:`JobStore.claim` creates the record atomically the first time,
+work always has the same id: :meth:`JobStore.claim_routed` creates the record atomically the first time,
 and a resubmit of a job that is queued, running or finished returns the existing one. Only a job that
 failed in a retryable way, or was cancelled, may be claimed again.
 
@@ -27,10 +27,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mediafleet.contract.errors import ErrorCode, MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, Progress
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from mediafleet.blobs import BlobStore
     from mediafleet.settings import Settings
 
-__all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "JobRecord", "JobStore",
-           "OutcomeSigner", "Watch", "finished_channel", "queue_lists", "redis_client"]
+__all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "Claim", "JobRecord", "JobStore",
+           "MessageFn", "OutcomeSigner", "Watch", "finished_channel", "queue_lists", "redis_client"]
 
 # An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
@@ -135,62 +135,59 @@ class OutcomeSigner:
 # again: it fails with ``worker_lost`` and the queue keeps flowing.
 MAX_DELIVERIES = 3
 
-# KEYS[1] record, KEYS[2] the held set, KEYS[3] Celery's result of the job's task; ARGV[1] ttl,
-# ARGV[2] job id, ARGV[3..] field/value pairs. Creates the record unless a live one exists; a
-# cancelled job or one that failed retryably is replaced, and the result of its earlier task is
-# forgotten (a waiter must not wake on it). Returns 1 when created.
+# KEYS[1] record, KEYS[2] the held set, KEYS[3] Celery's result of the job's task, KEYS[4] the presence
+# index; ARGV[1] ttl, ARGV[2] job id, ARGV[3] drop hostnames that beat before this, ARGV[4] hostnames
+# that beat since this are live, ARGV[5] the presence key prefix, ARGV[6] the held reason, ARGV[7] the
+# route: 'live' (the first candidate whose queue a live worker consumes, what
+# mediafleet.presence.live_workers reads, else held as the first), 'queued' or 'held' (as the first
+# candidate; presence is not read), ARGV[8] n, then n candidates in the capability's order (queue,
+# device, request JSON, the Redis list its message goes on and the message, or '' and '' for none),
+# then field/value pairs. Creates the record unless a live one exists; a cancelled job or one that
+# failed retryably is replaced, and the result of its earlier task is forgotten (a waiter must not wake
+# on it). The message of a queued candidate is pushed onto its list in the same step and the record
+# marked sent; a held job's goes nowhere. Returns {1 when created, the candidate taken (1..n; 0:
+# held), 1 when its message was pushed}.
 _CLAIM = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if state and state ~= 'cancelled' and not (state == 'failed' and redis.call('HGET', KEYS[1], 'retryable') == '1') then
-  return 0
+  return {0, 0, 0}
 end
-redis.call('DEL', KEYS[1], KEYS[3])
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-if redis.call('HGET', KEYS[1], 'state') == 'held' then
-  redis.call('SADD', KEYS[2], ARGV[2])
-end
-return 1
-"""
-
-# As _CLAIM, routed in the same step: KEYS[4] the presence index; ARGV[3] drop hostnames that beat
-# before this, ARGV[4] hostnames that beat since this are live, ARGV[5] the presence key prefix,
-# ARGV[6] the held reason, ARGV[7] n, then n candidates (queue, device, request JSON) in the
-# capability's order, then field/value pairs. The job goes to the first candidate whose queue a
-# live worker consumes (what mediafleet.presence.live_workers reads), else it is held as the first
-# candidate. Returns {1 when created, the candidate taken (1..n; 0: held)}.
-_CLAIM_ROUTED = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if state and state ~= 'cancelled' and not (state == 'failed' and redis.call('HGET', KEYS[1], 'retryable') == '1') then
-  return {0, 0}
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[3])
-local live = {}
-for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], ARGV[4], '+inf')) do
-  local body = redis.call('GET', ARGV[5] .. name)
-  if body then
-    local ok, worker = pcall(cjson.decode, body)
-    if ok and type(worker) == 'table' and type(worker['queues']) == 'table' then
-      for _, queue in ipairs(worker['queues']) do live[queue] = true end
+local n, route, taken = tonumber(ARGV[8]), ARGV[7], 0
+if route == 'queued' then
+  taken = 1
+elseif route == 'live' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[3])
+  local live = {}
+  for _, name in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], ARGV[4], '+inf')) do
+    local body = redis.call('GET', ARGV[5] .. name)
+    if body then
+      local ok, worker = pcall(cjson.decode, body)
+      if ok and type(worker) == 'table' and type(worker['queues']) == 'table' then
+        for _, queue in ipairs(worker['queues']) do live[queue] = true end
+      end
     end
   end
+  for i = 1, n do
+    if live[ARGV[9 + 5 * (i - 1)]] then taken = i break end
+  end
 end
-local n = tonumber(ARGV[7])
-local taken = 0
-for i = 1, n do
-  if live[ARGV[8 + 3 * (i - 1)]] then taken = i break end
-end
-local at = 8 + 3 * (math.max(taken, 1) - 1)
+local at = 9 + 5 * (math.max(taken, 1) - 1)
 redis.call('DEL', KEYS[1], KEYS[3])
-redis.call('HSET', KEYS[1], unpack(ARGV, 8 + 3 * n))
+redis.call('HSET', KEYS[1], unpack(ARGV, 9 + 5 * n))
+local pushed = 0
 if taken > 0 then
   redis.call('HSET', KEYS[1], 'device', ARGV[at + 1], 'request', ARGV[at + 2], 'state', 'queued', 'held_reason', '')
+  if ARGV[at + 4] ~= '' then
+    redis.call('LPUSH', ARGV[at + 3], ARGV[at + 4])
+    redis.call('HSET', KEYS[1], 'sent', '1')
+    pushed = 1
+  end
 else
   redis.call('HSET', KEYS[1], 'device', ARGV[at + 1], 'request', ARGV[at + 2], 'state', 'held', 'held_reason', ARGV[6])
   redis.call('SADD', KEYS[2], ARGV[2])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
-return {1, taken}
+return {1, taken, pushed}
 """
 
 # KEYS[1] record, KEYS[2] the held set; ARGV[1] job id, ARGV[2] the request as released (JSON),
@@ -378,6 +375,24 @@ def _load_outcome(blobs: BlobStore | None, digest: str, size: str | None) -> Out
     if str(len(data)) != size:
         raise IntegrityError("the stored outcome does not have the size its record names")
     return Outcome.model_validate_json(data)
+
+
+MessageFn = Callable[[ExtractRequest, str], "tuple[str, str] | None"]
+"""Builds a candidate's task message for :meth:`JobStore.claim_routed`: (request, token) -> (the
+Redis list kombu would push it on, the payload), or None where it must be sent the ordinary way."""
+
+
+class Claim(NamedTuple):
+    """What :meth:`JobStore.claim_routed` did."""
+
+    token: str | None
+    """The token the job's messages carry; None when a live record already existed (joined)."""
+    request: ExtractRequest
+    """The request recorded (the candidate taken; the first when held or joined)."""
+    held: bool
+    """Held for want of a live worker (recorded, on no queue)."""
+    sent: bool
+    """Its message was pushed by the claim itself (the record says sent)."""
 
 
 class JobRecord:
@@ -713,7 +728,6 @@ class JobStore:
         self._blobs = blobs
         self._inline_max_bytes = inline_max_bytes
         self._claim = client.register_script(_CLAIM)
-        self._claim_routed = client.register_script(_CLAIM_ROUTED)
         self._start = client.register_script(_START)
         self._release = client.register_script(_RELEASE)
         self._report = client.register_script(_REPORT)
@@ -819,45 +833,62 @@ class JobStore:
 
     def claim(self, request: ExtractRequest, *, state: JobState, held_reason: str | None, priority: int,
               keep_s: int, parts: Mapping[str, str] | None = None) -> str | None:
-        """Record a new job and return the token its message must carry; None when a live record
-        for the same job already exists.
+        """Record a new job in ``state`` (queued or held, as asked: no presence read, no message
+        pushed; the caller sends a queued job's) and return the token its message must carry; None
+        when a live record for the same job already exists. :meth:`claim_routed` with one candidate,
+        not routed.
 
         ``parts`` names the parts the job fans out (part name -> job id): the job then finishes when
         its own task and every part have reported (:meth:`report_part`).
         """
-        token = uuid.uuid4().hex
-        fields = self._claim_fields(request, token, priority, keep_s, parts)
-        fields.update(state=state.value, request=request.model_dump_json(), device=request.device.value,
-                      held_reason=held_reason or "")
-        flat = [x for kv in fields.items() for x in kv]
-        created = self._claim(keys=[self.key(request.job_id), _HELD, _CELERY_RESULT + request.job_id],
-                              args=[max(keep_s, self._ttl_s), request.job_id, *flat])
-        return token if created else None
+        if state not in (JobState.QUEUED, JobState.HELD):
+            raise ValueError(f"a job is claimed queued or held, not {state.value}")
+        claim = self._claim_as([("", request)], route=state.value, held_reason=held_reason or "", priority=priority,
+                               keep_s=keep_s, parts=parts, message=None)
+        return claim.token
 
     def claim_routed(self, candidates: Sequence[tuple[str, ExtractRequest]], *, held_reason: str, priority: int,
-                     keep_s: int, parts: Mapping[str, str] | None = None) -> tuple[str | None, ExtractRequest, bool]:
-        """:meth:`claim`, routed in the same step (one round trip): ``candidates`` are the job's
+                     keep_s: int, parts: Mapping[str, str] | None = None,
+                     message: MessageFn | None = None) -> Claim:
+        """Record a new job, routed in the same step (one round trip): ``candidates`` are the job's
         (queue, request for that queue's device class) in the capability's order; the job is queued
         as the first whose queue a live worker consumes (:func:`mediafleet.presence.live_workers`),
-        else held as the first, with ``held_reason``.
+        else held as the first, with ``held_reason``. A live record of the same job is joined, not
+        replaced (see the module's docstring).
 
-        Returns (the token, or None when a live record already exists; the request recorded;
-        whether it is held).
+        ``message(request, token)`` gives a candidate's task message as (the Redis list, the
+        payload) kombu would push, or None: when every candidate has one, the queued candidate's is
+        pushed by the same step and the record marked sent (``Claim.sent``); else nothing is pushed
+        and the caller sends the message (then :meth:`mark_sent`). A held job's goes nowhere.
         """
+        token = uuid.uuid4().hex
+        messages = None
+        if message is not None:
+            built = [message(request, token) for _, request in candidates]
+            messages = None if any(m is None for m in built) else built
+        return self._claim_as(candidates, route="live", held_reason=held_reason, priority=priority, keep_s=keep_s,
+                              parts=parts, message=messages, token=token)
+
+    def _claim_as(self, candidates: Sequence[tuple[str, ExtractRequest]], *, route: str, held_reason: str,
+                  priority: int, keep_s: int, parts: Mapping[str, str] | None,
+                  message: Sequence[tuple[str, str] | None] | None, token: str | None = None) -> Claim:
+        """The one claim script (:data:`_CLAIM`), routed as ``route`` says (``live``, ``queued``, ``held``)."""
         from mediafleet.presence import INDEX_KEY, live_window, worker_key
 
         job_id = candidates[0][1].job_id
-        token = uuid.uuid4().hex
+        token = token or uuid.uuid4().hex
         fields = self._claim_fields(candidates[0][1], token, priority, keep_s, parts)
         flat = [x for kv in fields.items() for x in kv]
-        routes = [x for queue, request in candidates for x in (queue, request.device.value, request.model_dump_json())]
+        pushes = message or [None] * len(candidates)
+        routes = [x for (queue, request), push in zip(candidates, pushes, strict=True)
+                  for x in (queue, request.device.value, request.model_dump_json(), *(push or ("", "")))]
         drop_before, live_since = live_window(time.time())
-        created, taken = self._claim_routed(
+        created, taken, pushed = self._claim(
             keys=[self.key(job_id), _HELD, _CELERY_RESULT + job_id, INDEX_KEY],
-            args=[max(keep_s, self._ttl_s), job_id, drop_before, live_since, worker_key(""), held_reason,
+            args=[max(keep_s, self._ttl_s), job_id, drop_before, live_since, worker_key(""), held_reason, route,
                   len(candidates), *routes, *flat])
         request = candidates[max(int(taken), 1) - 1][1]
-        return (token if created else None), request, int(taken) == 0
+        return Claim(token if created else None, request, int(taken) == 0, bool(pushed))
 
     def _claim_fields(self, request: ExtractRequest, token: str, priority: int, keep_s: int,
                       parts: Mapping[str, str] | None) -> dict[str, str]:

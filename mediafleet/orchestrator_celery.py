@@ -2,7 +2,7 @@
 
 It owns this dispatcher's Celery app (one per settings and manifest in a process:
 :func:`mediafleet.workers.app.create_app`) and its handle on the fleet's job store. A job's record
-is claimed before its message is sent, so a resubmission of the same artifact joins the job
+is claimed as its message is sent (one step), so a resubmission of the same artifact joins the job
 already there; with no live worker of an allowed device class the job is held, not sent.
 """
 
@@ -108,27 +108,34 @@ class CeleryOrchestrator:
                parts: Mapping[str, str] | None = None) -> tuple[ExtractRequest, bool]:
         """Claim the job's record and send it (or hold it); (the request in force, whether new).
 
-        The record is routed as it is claimed (one round trip): to the first allowed device class
-        with a live worker on the capability's queue. With none alive the job is held: recorded,
-        on no queue, with the reason (``status`` shows it), until the first worker of an allowed
-        class comes up and queues it for its own class. It never runs on a class the manifest
-        forbids.
+        The record is routed as it is claimed, and its message pushed by the same step (one round
+        trip: each candidate's message is made first, :func:`mediafleet.workers.app.extract_message`):
+        to the first allowed device class with a live worker on the capability's queue. With none
+        alive the job is held: recorded, on no queue, with the reason (``status`` shows it), until
+        the first worker of an allowed class comes up and queues it for its own class. It never
+        runs on a class the manifest forbids. Where a message cannot be made ahead (task-sent
+        events on, a publish signal with receivers), it is sent after the claim, as before.
         """
-        from mediafleet.workers.app import send_extract
+        from mediafleet.workers.app import extract_message, send_extract
 
         jobs = self.jobs()
         candidates = [(capability.queue(d), request.model_copy(update={"device": d})) for d in capability.devices]
         allowed = "/".join(d.value for d in capability.devices)
         reason = f"no live worker for {capability.action} on {allowed}"
-        token, request, held = jobs.claim_routed(candidates, held_reason=reason, priority=level, keep_s=keep_s,
-                                                 parts=parts)
-        if token is None and (found := jobs.get(request.job_id)) is not None and found.untrusted \
+
+        def message(candidate: ExtractRequest, token: str) -> tuple[str, str] | None:
+            return extract_message(self.app, candidate, capability, token, level)
+
+        claim = jobs.claim_routed(candidates, held_reason=reason, priority=level, keep_s=keep_s, parts=parts,
+                                  message=message)
+        if claim.token is None and (found := jobs.get(request.job_id)) is not None and found.untrusted \
                 and jobs.discard_forged(request.job_id):
             # Its outcome failed the signature check (written by no worker holding the key), or its
             # outcome's blob is gone: run it.
-            token, request, held = jobs.claim_routed(candidates, held_reason=reason, priority=level, keep_s=keep_s,
-                                                     parts=parts)
-        if token is None:
+            claim = jobs.claim_routed(candidates, held_reason=reason, priority=level, keep_s=keep_s, parts=parts,
+                                      message=message)
+        request = claim.request
+        if claim.token is None:
             record = jobs.get(request.job_id)
             if record is None:
                 return request, False
@@ -136,8 +143,8 @@ class CeleryOrchestrator:
                 # Recorded but never sent (its dispatcher died in between): this resubmission sends it.
                 send_extract(self.app, record.request, capability, lost, record.priority)
             return record.request, False
-        if not held:
-            send_extract(self.app, request, capability, token, level)
+        if not claim.held and not claim.sent:
+            send_extract(self.app, request, capability, claim.token, level)
             jobs.mark_sent(request.job_id)
         return request, True
 

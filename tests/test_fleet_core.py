@@ -48,6 +48,31 @@ def test_task_events_are_sent_only_when_asked_for(tmp_path: Path) -> None:
     assert loud.conf.task_send_sent_event and loud.conf.worker_send_task_events
 
 
+def test_a_message_is_made_ahead_only_where_making_it_sends_nothing_else(tmp_path: Path) -> None:
+    """The claim pushes a message made ahead only where making it sends nothing else: with task-sent
+    events on (one event per message made) or a publish signal with receivers (one call per
+    message made) the message is sent after the claim instead, as before."""
+    from celery.signals import before_task_publish
+
+    from mediafleet.workers.app import extract_message
+    from tests.test_middleware import pdf_request
+
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    loud = create_app(Settings(broker_url="redis://127.0.0.1:1/0", blob_root=tmp_path, task_events=True))
+    capability = Settings().manifest().capability("ocr_pdf")
+    assert extract_message(loud, request, capability, "token", 4) is None
+    quiet = create_app(Settings(broker_url="redis://127.0.0.1:1/0", blob_root=tmp_path))
+
+    def receiver(**_: object) -> None:
+        raise AssertionError("no message is made")
+
+    before_task_publish.connect(receiver)
+    try:
+        assert extract_message(quiet, request, capability, "token", 4) is None
+    finally:
+        before_task_publish.disconnect(receiver)
+
+
 def test_the_cli_worker_flag_turns_task_events_on(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from mediafleet import cli
     from mediafleet.workers import boot
@@ -108,19 +133,77 @@ def test_a_claim_is_routed_to_the_first_device_class_with_a_live_worker(jobs: Jo
     gpu = request.model_copy(update={"device": DeviceClass.GPU})
     cpu = request.model_copy(update={"device": DeviceClass.CPU})
     candidates = [("mf.ocr_pdf.gpu", gpu), ("mf.ocr_pdf.cpu", cpu)]
-    token, chosen, held = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60)
+    token, chosen, held, sent = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60)
     record = jobs.get(request.job_id)
-    assert token is not None and held and chosen.device == DeviceClass.GPU
+    assert token is not None and held and not sent and chosen.device == DeviceClass.GPU
     assert record.state == JobState.HELD and record.held_reason == "no live worker" and record.request.device == DeviceClass.GPU
     assert request.job_id in {r.job_id for r in jobs.held()}
     assert jobs.claim_routed(candidates, held_reason="x", priority=4, keep_s=60)[0] is None  # a live record: joined
     jobs.client.delete(jobs.key(request.job_id))
     Announcer(jobs.client, "cpu@test", "cpu", ["mf.ocr_pdf.cpu"]).start()
-    token, chosen, held = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60)
+    token, chosen, held, sent = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60)
     record = jobs.get(request.job_id)
-    assert token is not None and not held and chosen.device == DeviceClass.CPU
+    assert token is not None and not held and not sent and chosen.device == DeviceClass.CPU
     assert record.state == JobState.QUEUED and record.held_reason is None and record.request.device == DeviceClass.CPU
     assert record.summary()["device"] == "cpu"
+
+
+@pytest.mark.integration
+def test_the_claim_pushes_the_message_of_the_class_it_routes_to_in_the_same_step(redis_server, tmp_path: Path) -> None:
+    """Claim, send and mark-sent are one round trip: each candidate's message is made ahead by
+    Celery's own send_task (not sent), and the claim pushes the taken one onto the list kombu would
+    have pushed it on and marks the record sent. A held job pushes nothing, nor does a joined one."""
+    import json
+
+    import redis
+
+    from mediafleet.jobstore import queue_lists
+    from mediafleet.workers.app import extract_message, send_extract
+
+    url = f"redis://127.0.0.1:{redis_server.port}/15"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    settings = Settings(broker_url=url, blob_root=tmp_path)
+    app = create_app(settings)
+    manifest = settings.manifest()
+    capability = manifest.capability("analyze_image")  # cpu first, then gpu
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    request = request.model_copy(update={"action": "analyze_image"})
+    candidates = [(capability.queue(d), request.model_copy(update={"device": d})) for d in capability.devices]
+    jobs = JobStore(client, ttl_s=60)
+    made: list[tuple[str, str]] = []
+
+    def message(candidate, token):  # type: ignore[no-untyped-def]
+        made.append(extract_message(app, candidate, capability, token, 4))
+        return made[-1]
+
+    def pushed() -> dict[str, list[bytes]]:
+        lists = [n for d in capability.devices for n in queue_lists(capability.queue(d))]
+        return {n: client.lrange(n, 0, -1) for n in lists if client.llen(n)}
+
+    try:
+        held = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60, message=message)
+        assert held.token is not None and held.held and not held.sent and pushed() == {}
+        assert client.hget(jobs.key(request.job_id), "sent") == b"0"
+        client.delete(jobs.key(request.job_id))
+        Announcer(client, "gpu@test", "gpu", [capability.queue(DeviceClass.GPU)]).start()
+        made.clear()
+        claim = jobs.claim_routed(candidates, held_reason="no live worker", priority=4, keep_s=60, message=message)
+        assert claim.token is not None and claim.sent and not claim.held and claim.request.device == DeviceClass.GPU
+        assert client.hget(jobs.key(request.job_id), "sent") == b"1"
+        gpu_list = capability.queue(DeviceClass.GPU) + "\x06\x165"  # kombu's list for priority 4 (5 there)
+        assert [key for key, _ in made] == [capability.queue(DeviceClass.CPU) + "\x06\x165", gpu_list]
+        assert pushed() == {gpu_list: [made[1][1].encode()]}
+        # What send_extract sends for the same job, but for the delivery tag kombu draws per message.
+        send_extract(app, claim.request, capability, claim.token, 4)
+        ours, sent = (json.loads(raw) for raw in client.lrange(gpu_list, 0, -1)[::-1])
+        for message_ in (ours, sent):
+            message_["properties"].pop("delivery_tag")
+        assert ours == sent and ours["headers"]["id"] == request.job_id
+        assert jobs.claim_routed(candidates, held_reason="x", priority=4, keep_s=60, message=message).token is None
+        assert len(client.lrange(gpu_list, 0, -1)) == 2  # joined: nothing more pushed
+    finally:
+        client.flushdb()
 
 
 @pytest.mark.integration

@@ -110,10 +110,11 @@ def test_resubmitting_a_cancelled_queued_job_runs_it_once(fleet_env, start_worke
 def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     fleet_env, start_worker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The dispatcher dies between writing the record and sending the message: the job is not
-    wedged. A resubmission sends it once the record has waited unsent for a while; before that it
-    does not (the first dispatcher may only be slow). A second message for a job already done
-    runs nothing."""
+    """The dispatcher dies between writing the record and sending the message (where the message
+    is sent after the claim, not pushed by it: task-sent events on, a publish signal with
+    receivers): the job is not wedged. A resubmission sends it once the record has waited unsent
+    for a while; before that it does not (the first dispatcher may only be slow). A second message
+    for a job already done runs nothing."""
     import mediafleet.workers.app
 
     start_worker("--concurrency=1")
@@ -123,6 +124,7 @@ def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     def die(*args: object, **kwargs: object) -> None:
         raise SystemExit("the dispatcher died")
 
+    monkeypatch.setattr(mediafleet.workers.app, "extract_message", lambda *args, **kwargs: None)
     monkeypatch.setattr(mediafleet.workers.app, "send_extract", die)
     with pytest.raises(SystemExit):
         crashing.submit(pdf)

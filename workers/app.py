@@ -18,10 +18,11 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, signals
 from celery.backends.redis import RedisBackend
 from celery.exceptions import Ignore
 from celery.worker.consumer import Consumer
@@ -36,8 +37,8 @@ from mediafleet.settings import Settings
 from mediafleet.workers.middleware import Delivery, Skip, fleet_middleware, join_parts, report, run_chain
 from mediafleet.workers.runner import run_request
 
-__all__ = ["EXTRACT_TASK", "RefusalRecordingConsumer", "create_app", "job_store", "join_parts", "redis_priority",
-           "refused", "report", "send_extract", "visibility_timeout_s"]
+__all__ = ["EXTRACT_TASK", "RefusalRecordingConsumer", "create_app", "extract_message", "job_store", "join_parts",
+           "redis_priority", "refused", "report", "send_extract", "visibility_timeout_s"]
 
 EXTRACT_TASK = "mediafleet.extract"
 
@@ -70,6 +71,33 @@ def send_extract(app: Celery, request: ExtractRequest, capability: Capability, t
         time_limit=capability.time_limits.hard_s,
         priority=redis_priority(priority),
     )
+
+
+def extract_message(app: Celery, request: ExtractRequest, capability: Capability, token: str,
+                    priority: int) -> tuple[str, str] | None:
+    """The message :func:`send_extract` would put on the queue, made by the same call (Celery's
+    ``send_task``: its headers, limits and priority, signed with signing on) but not pushed:
+    (the Redis list kombu would push it on, the payload), for the job store's claim to push in the
+    same step as it writes the record (:meth:`mediafleet.jobstore.JobStore.claim_routed`).
+
+    None where the message must be sent the ordinary way: the broker is not on the fleet's
+    transport, the app sends task-sent events, or a publish signal has receivers (each of those
+    goes out once per message made, and a candidate's message may never be pushed).
+    """
+    if app.conf.broker_transport != _TRANSPORT or app.conf.task_send_sent_event or any(
+            signal.receivers for signal in (signals.before_task_publish, signals.after_task_publish, signals.task_sent)):
+        return None
+    made: list[tuple[str, str]] = []
+    kept = _MADE.set(made)
+    try:
+        send_extract(app, request, capability, token, priority)
+    except _NotKept:
+        return None
+    finally:
+        _MADE.reset(kept)
+    if len(made) != 1:
+        raise RuntimeError(f"send_task put {len(made)} messages, not one")
+    return made[0]
 
 
 _REFUSED = PublicError(
@@ -125,13 +153,35 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
 _BACKENDS = {scheme: f"{__name__}:FleetRedisBackend" for scheme in ("redis", "rediss")}
 
 
+# Set while :func:`extract_message` makes a message: the fleet's channel keeps it here instead of pushing it.
+_MADE: ContextVar[list[tuple[str, str]] | None] = ContextVar("mediafleet_made", default=None)
+
+
+class _NotKept(Exception):
+    """A message being made for :func:`extract_message` needs more than one push (a queue with an
+    expiry): nothing was pushed, and it is sent the ordinary way."""
+
+
 class _FleetChannel(kombu_redis.Channel):  # type: ignore[misc]
     """kombu's Redis channel, keeping one client for the commands it sends outside its consumer
     (publishing a message; recording, acknowledging a delivery): kombu builds a new ``redis.Redis``
     for each (~0.16 ms of set-up apiece, three per job). The client is rebuilt when the channel's
-    connection pool is (a reconnect)."""
+    connection pool is (a reconnect).
+
+    While :func:`extract_message` makes a message, its final push is kept (the list kombu names
+    for the message's priority, the payload as kombu writes it) instead of sent."""
 
     _kept: Any = None
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        made = _MADE.get()
+        if made is None:
+            super()._put(queue, message, **kwargs)
+            return
+        if kwargs.get("_publish_batch") is not None or (self._expires and queue in self._expires):
+            raise _NotKept(queue)
+        key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        made.append((key, kombu_redis.dumps(message)))
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
@@ -148,6 +198,8 @@ class FleetTransport(kombu_redis.Transport):  # type: ignore[misc]
     the fleet's TLS options; kombu's own for ``rediss://`` without them, which it reads from the scheme)."""
 
     Channel = _FleetChannel
+
+_TRANSPORT = f"{__name__}:FleetTransport"
 
 _APPS: dict[str, Celery] = {}
 _APPS_LOCK = threading.Lock()
@@ -209,7 +261,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         app.conf.update(broker_use_ssl=tls, redis_backend_use_ssl=tls)
     broker = settings.broker() or ""
     if broker.startswith("redis://") or (broker.startswith("rediss://") and tls is not None):
-        app.conf.update(broker_transport=f"{__name__}:FleetTransport")
+        app.conf.update(broker_transport=_TRANSPORT)
     if settings.signing_key_file is not None:
         # Every task message is signed with the key and verified against the trusted store;
         # unsigned or wrongly signed messages are refused. Results stay plain JSON.
