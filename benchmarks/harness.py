@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -140,8 +141,13 @@ def wer(reference: str, hypothesis: str) -> float:
 REAL_PDF_ROOT = Path("/usr/share/doc")
 
 
-def real_pdfs(limit: int | None = None) -> list[Path]:
-    """The readable PDF files under /usr/share/doc (Debian packages' manuals), largest first."""
+def real_pdfs(limit: int | None = None, unpack_to: Path | None = None) -> list[Path]:
+    """The readable PDF files under /usr/share/doc (Debian packages' manuals), largest first.
+
+    With ``unpack_to``, the gzipped ones too (``*.pdf.gz``: Debian compresses most long manuals),
+    each decompressed at run time to ``unpack_to/<package folder>/<name>.pdf`` (so its folder
+    still names its package); one that does not decompress to a PDF is skipped.
+    """
     found = []
     for path in REAL_PDF_ROOT.rglob("*.pdf"):
         try:
@@ -149,6 +155,21 @@ def real_pdfs(limit: int | None = None) -> list[Path]:
                 found.append((path.stat().st_size, path))
         except OSError:
             continue
+    if unpack_to is not None:
+        for packed in sorted(REAL_PDF_ROOT.rglob("*.pdf.gz")):
+            try:
+                if not packed.is_file() or packed.is_symlink():
+                    continue
+                with gzip.open(packed, "rb") as src:
+                    data = src.read()
+            except (OSError, EOFError):
+                continue
+            if not data.startswith(b"%PDF"):
+                continue
+            target = unpack_to / packed.parent.name / packed.name.removesuffix(".gz")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            found.append((len(data), target))
     ordered = [p for _, p in sorted(found, reverse=True)]
     return ordered if limit is None else ordered[:limit]
 
