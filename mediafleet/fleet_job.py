@@ -59,8 +59,15 @@ class FleetJob(Job):
     """
 
     def __init__(self, app: Any, jobs: JobStore, capability: Capability, request: ExtractRequest,
-                 manifest: Manifest, index_setting: str | None = None) -> None:
+                 manifest: Manifest, index_setting: str | None = None, *, watch: Watch | None = None,
+                 claimed: str | None = None) -> None:
+        """``watch``: one already following this job, handed over by the submission that made this
+        handle (its waiter then opens none); ``claimed``: that submission's token, when it claimed
+        the job's record after the watch followed it (no outcome of it can have landed unseen, so
+        the first wait does not read the record the claim just wrote)."""
         super().__init__(request.job_id, request.action)
+        self._watch = watch
+        self._claimed = claimed
         self._app = app
         self._jobs = jobs
         self._capability = capability
@@ -141,13 +148,19 @@ class FleetJob(Job):
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
         deadline = None if timeout is None else time.monotonic() + timeout
-        watch = None
+        watch, self._watch = self._watch, None
+        claimed, self._claimed = self._claimed, None
         try:
             while True:
                 left = _PROGRESS_SLICE_S if deadline is None else min(_PROGRESS_SLICE_S, deadline - time.monotonic())
                 try:
                     watch = watch or self._jobs.watch()
-                    if (outcome := self._wait_slice(watch, max(left, 0.0), on_progress)) is not None:
+                    if claimed is not None:
+                        token, claimed = claimed, None  # its watch followed it before the claim: this once
+                        outcome = self._wait_claimed(watch, max(left, 0.0), on_progress, token)
+                    else:
+                        outcome = self._wait_slice(watch, max(left, 0.0), on_progress)
+                    if outcome is not None:
                         break
                 except _REDIS_AWAY:
                     # Redis restarting or failing over: the records and queues come back with it (the
@@ -163,6 +176,21 @@ class FleetJob(Job):
             if watch is not None:
                 watch.close()
         return build_bundle(outcome, self._capability)
+
+    def _wait_claimed(self, watch: Watch, left: float, on_progress: Callable[[Progress], None] | None,
+                      token: str) -> Outcome | None:
+        """The first wait of a job its own submission (``token``) just claimed, on a watch that
+        followed it before the claim: the record is as the claim wrote it (queued or held, no
+        outcome, the result of any earlier task of it forgotten), so it is not read first. Then as
+        :meth:`_wait_slice` (woken by the write of its outcome, the notice is taken as the record)."""
+        if not watch.wait(left):
+            if on_progress is not None and (p := self.progress()) is not None:
+                on_progress(p)
+            return None
+        if (woken := watch.woken_by) is not None and woken[0] == finished_channel(self.id) \
+                and (noticed := self._jobs.noticed(self.id, woken[1], self._request, token)) is not None:
+            return self._finished(noticed)
+        return None
 
     def _wait_slice(self, watch: Watch, left: float, on_progress: Callable[[Progress], None] | None) -> Outcome | None:
         """Wait up to ``left`` seconds for the job; its outcome, or None to wait on.

@@ -943,6 +943,10 @@ class JobStore:
         Close it when done: its connection serves the next waiter of this store."""
         return self._idle.take() or Watch(self._r, self._idle)
 
+    def idle_watch(self) -> Watch | None:
+        """A watch no waiter holds, if one is idle (None: opening one is left to :meth:`watch`)."""
+        return self._idle.take()
+
     def sweep_turn(self, sweeper: str, every_s: float) -> bool:
         """Whether ``sweeper`` looks through the started jobs now: one sweeper per ``every_s``
         across the fleet (a lease in Redis that expires on its own, so a lost sweeper is replaced

@@ -19,7 +19,7 @@ from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.fleet_job import FleetJob
 from mediafleet.job import Job, refused_job
-from mediafleet.jobstore import JobStore, queue_lists
+from mediafleet.jobstore import JobStore, Watch, queue_lists
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
 from mediafleet.workers.middleware import report_part
@@ -94,19 +94,43 @@ class CeleryOrchestrator:
             artifact = request.artifact
             return refused_job(self.manifest, artifact.digest, artifact.bytes, artifact.media_type, request.action,
                                exc.public(), self._clock())
-        request, created = self._queue(request, capability, level, keep_s,
-                                       parts={name: part.job_id for name, part in parts.items()})
-        if created:
+        watch = None if parts else self._follow(request.job_id)
+        try:
+            request, token = self._queue(request, capability, level, keep_s,
+                                         parts={name: part.job_id for name, part in parts.items()})
+        except BaseException:
+            if watch is not None:
+                watch.discard()
+            raise
+        if token is not None:
             for part in parts.values():
                 self._queue_part(part, level, keep_s)
-        return self._handle(request, capability)
+        return self._handle(request, capability, watch, token)
 
-    def _handle(self, request: ExtractRequest, capability: Capability) -> FleetJob:
-        return FleetJob(self.app, self.jobs(), capability, request, self.manifest, self.settings.discovery_index)
+    def _follow(self, job_id: str) -> Watch | None:
+        """An idle watch following ``job_id``, subscribed before the job is claimed: no outcome of
+        this submission can be written unseen, so its waiter need not read the record the claim
+        just wrote before it first waits (:class:`FleetJob`). None when no watch is idle (a waiter
+        opens its own)."""
+        watch = self.jobs().idle_watch()
+        if watch is None:
+            return None
+        try:
+            watch.follow(job_id, job_id)
+        except BaseException:
+            watch.discard()
+            raise
+        return watch
+
+    def _handle(self, request: ExtractRequest, capability: Capability, watch: Watch | None = None,
+                claimed: str | None = None) -> FleetJob:
+        return FleetJob(self.app, self.jobs(), capability, request, self.manifest, self.settings.discovery_index,
+                        watch=watch, claimed=claimed if watch is not None else None)
 
     def _queue(self, request: ExtractRequest, capability: Capability, level: int, keep_s: int,
-               parts: Mapping[str, str] | None = None) -> tuple[ExtractRequest, bool]:
-        """Claim the job's record and send it (or hold it); (the request in force, whether new).
+               parts: Mapping[str, str] | None = None) -> tuple[ExtractRequest, str | None]:
+        """Claim the job's record and send it (or hold it); (the request in force, the new claim's
+        token: None when an existing job was joined).
 
         The record is routed as it is claimed, and its message pushed by the same step (one round
         trip: each candidate's message is made first, :func:`mediafleet.workers.app.extract_message`):
@@ -138,15 +162,15 @@ class CeleryOrchestrator:
         if claim.token is None:
             record = jobs.get(request.job_id)
             if record is None:
-                return request, False
+                return request, None
             if (lost := jobs.unsent(request.job_id, _UNSENT_AFTER_S)) is not None:
                 # Recorded but never sent (its dispatcher died in between): this resubmission sends it.
                 send_extract(self.app, record.request, capability, lost, record.priority)
-            return record.request, False
+            return record.request, None
         if not claim.held and not claim.sent:
             send_extract(self.app, request, capability, claim.token, level)
             jobs.mark_sent(request.job_id)
-        return request, True
+        return request, claim.token
 
     def _queue_part(self, part: ExtractRequest, level: int, keep_s: int) -> None:
         """Queue one part of a job; one that already finished (from an earlier submission of the
@@ -154,8 +178,8 @@ class CeleryOrchestrator:
         (a range whose worker was lost, say) runs again."""
         of = part.part_of
         assert of is not None
-        _, created = self._queue(part, self.manifest.capability(part.action), level, keep_s)
-        if created:
+        _, token = self._queue(part, self.manifest.capability(part.action), level, keep_s)
+        if token is not None:
             return
         record = self.jobs().get(part.job_id)
         if record is None or not record.final or (outcome := record.outcome) is None:

@@ -207,6 +207,44 @@ def test_the_claim_pushes_the_message_of_the_class_it_routes_to_in_the_same_step
 
 
 @pytest.mark.integration
+def test_a_waiter_whose_watch_followed_before_the_claim_does_not_read_the_record_first(
+    jobs: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission's watch follows its job before the claim (no outcome of it can land unseen), so
+    its waiter does not read the record the claim just wrote before it first waits: it takes its
+    own submission's finished notice. Another submission's notice is not taken: the record is read."""
+    import threading
+    from datetime import UTC, datetime
+
+    from mediafleet.contract.errors import ErrorCode, PublicError
+    from mediafleet.contract.jobs import Outcome
+    from mediafleet.fleet_job import FleetJob
+
+    manifest = Settings(blob_root=tmp_path).manifest()
+    capability = manifest.capability("ocr_pdf")
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    outcome = Outcome.failed(request, PublicError(code=ErrorCode.TIMEOUT, retryable=True, message="slow"),
+                             datetime.now(UTC))
+    reads: list[str] = []
+    look = jobs.look
+    monkeypatch.setattr(jobs, "look", lambda job_id, task_id=None: (reads.append(job_id), look(job_id, task_id))[1])
+
+    def submitted(claimed_as: str | None) -> FleetJob:
+        jobs.client.delete(jobs.key(request.job_id))
+        watch = jobs.watch()
+        watch.follow(request.job_id, request.job_id)
+        token = jobs.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=3600)
+        assert token is not None
+        threading.Timer(0.2, lambda: jobs.finish(outcome, announce=True)).start()
+        return FleetJob(None, jobs, capability, request, manifest, watch=watch, claimed=claimed_as or token)
+
+    bundle = submitted(None).bundle(timeout=10)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.TIMEOUT and reads == []
+    again = submitted("an-earlier-submission").bundle(timeout=10)
+    assert again.model_dump() == bundle.model_dump() and reads == [request.job_id]
+
+
+@pytest.mark.integration
 def test_a_finished_notice_carries_the_outcome_checked_as_the_record_would_be(jobs: JobStore, tmp_path: Path) -> None:
     """A plain job's outcome write publishes what it wrote, so its woken waiter takes the outcome
     from the notice instead of reading the record again. What it takes is checked as the record's
