@@ -111,7 +111,7 @@ def _evidence(
     new = object.__new__
     every = evidence_properties(drafts, ids, subject=subject_json, policy=policy, derivation=derivation,
                                 occurrence_id=occurrence_id, blob_id=blob_id)
-    for token_, props in zip(tokens, every):
+    for token_, props in zip(tokens, every, strict=True):
         evidence_id = "evidence:" + token_
         node = new(Node)
         set_dict(node, {"id": evidence_id, "node_type": "Evidence", "properties": props})
