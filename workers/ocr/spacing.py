@@ -60,12 +60,19 @@ def _band(rows: np.ndarray, share: float) -> tuple[int, int] | None:
     return (int(busy[0]), int(busy[-1]) + 1) if busy.size else None
 
 
-def _widest_blank(blank: np.ndarray, start: int, stop: int) -> int:
-    best = run = 0
-    for value in blank[max(start, 0):max(stop, 0)]:
-        run = run + 1 if value else 0
-        best = max(best, run)
-    return best
+def _runs(blank: np.ndarray) -> np.ndarray:
+    """For each column, how many ink-free columns end there (0 where there is ink)."""
+    idx = np.arange(1, len(blank) + 1)
+    last_ink = np.maximum.accumulate(np.where(blank, 0, idx))
+    return np.where(blank, idx - last_ink, 0)
+
+
+def _widest_blank(runs: np.ndarray, start: int, stop: int) -> int:
+    """The longest run of ink-free columns within ``[start, stop)``, given :func:`_runs`."""
+    start, stop = max(start, 0), min(max(stop, 0), len(runs))
+    if stop <= start:
+        return 0
+    return int(np.minimum(runs[start:stop], np.arange(1, stop - start + 1)).max())
 
 
 def with_spaces(line: Decoded, crop: np.ndarray) -> Decoded:
@@ -80,11 +87,11 @@ def with_spaces(line: Decoded, crop: np.ndarray) -> Decoded:
     if xband is None or text is None:
         return line
     x_height = max(xband[1] - xband[0], 1)
-    blank = mask[text[0]:text[1]].sum(axis=0) == 0
+    runs = _runs(mask[text[0]:text[1]].sum(axis=0) == 0)
     centres = [(a + b) / 2 for a, b in line.spans]
 
     def gap(i: int, j: int) -> int:
-        return _widest_blank(blank, int(np.ceil(centres[i])), int(np.floor(centres[j])) + 1)
+        return _widest_blank(runs, int(np.ceil(centres[i])), int(np.floor(centres[j])) + 1)
 
     inner = [i for i, c in enumerate(line.chars)
              if c == " " and 0 < i < len(line.chars) - 1 and line.chars[i - 1] != " " and line.chars[i + 1] != " "]
@@ -92,7 +99,7 @@ def with_spaces(line: Decoded, crop: np.ndarray) -> Decoded:
     # Whether to drop one: over the neighbours' whole spans, since a CTC span can sit a few pixels
     # off its glyph (a narrower window can miss most of a real word gap).
     dropped = {i for i in inner
-               if _widest_blank(blank, int(np.floor(line.spans[i - 1][0])), int(np.ceil(line.spans[i + 1][1])))
+               if _widest_blank(runs, int(np.floor(line.spans[i - 1][0])), int(np.ceil(line.spans[i + 1][1])))
                < DROP_GAP * x_height}
     # A space the recogniser was unsure of and far narrower than the line's usual one is a letter
     # gap taken for a word gap (the wide cells of monospaced text: "gl obs", "package s").
