@@ -138,7 +138,7 @@ def test_unsure_parts_run_from_word_gap_to_word_gap() -> None:
     line = Decoded(chars=chars, probs=probs, spans=spans)
     assert unsure_parts(line, 130) == [(35.0, 85.0)]
     assert cuts([(35.0, 85.0)], 130, 20) == [(25, 95, [(35.0, 85.0)])]  # 0.5 line heights of context
-    assert cuts([(35.0, 85.0)], 100, 20) is None  # over 0.6 of the line: read it whole
+    assert cuts([(35.0, 85.0)], 90, 20) == [(25, 90, [(35.0, 85.0)])]  # no further than the line's end
     # the first and last words own the line's ends; neighbours' cuts are read together
     line = Decoded(chars=chars, probs=[0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5], spans=spans)
     assert unsure_parts(line, 130) == [(0.0, 35.0), (85.0, 130.0)]

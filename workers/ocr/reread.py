@@ -1,21 +1,26 @@
 """Which part of a line to read again with the small recogniser, and how its reading goes back in.
 
 The fast recogniser's reading of a line it is unsure of (:data:`mediafleet.workers.ocr.engine.FALLBACK`)
-is mostly right: on the benchmark's pages a fifth of its words hold a character read with a
-probability under ``UNSURE_CHAR``, and re-reading only those costs a third of re-reading the whole
-line. A word is a run of characters between spaces once the spacing step
+is mostly right: on the benchmark's pages a fifth (generated) to a third (real) of its words in
+such a line hold a character read with a probability under ``UNSURE_CHAR``, and only those are
+read again. A word is a run of characters between spaces once the spacing step
 (:mod:`mediafleet.workers.ocr.spacing`) has put back the ones the fast recogniser dropped; an
 unsure word (or a run of them) owns the line from the middle of the gap before it to the middle of
 the gap after it (the line's ends for the first and the last), and the small recogniser reads that
 part with ``CONTEXT`` line heights of the line on each side (it reads a word cut at its ink worse).
-Parts whose widened cuts come closer than ``MERGE`` line heights are read in one cut. Of each
-reading only the characters whose middle falls inside the part they were read for are kept; they
-replace the fast reading's characters there, with a space on each side that borders the rest of
-the line. A line whose cuts would cover more than ``WHOLE`` of its width is read again whole.
+Parts whose widened cuts come closer than ``MERGE`` line heights are read in one cut (a line
+unsure throughout is one cut: the whole line). Of each reading only the characters whose middle
+falls inside the part they were read for are kept; they replace the fast reading's characters
+there, with a space on each side that borders the rest of the line.
 
-Measured at one thread on the benchmark's generated pages and 16 real ones (Debian manuals), same
-load, interleaved: recognition 0.59x (generated) and 0.66x (real) of the time of re-reading the
-whole line, at word accuracy 0.995 against 0.992 and 0.923 against 0.922.
+Measured at one thread on the benchmark's 6 generated pages and 16 real ones (Debian manuals),
+recognition only, interleaved, load 1-1.8: 0.60x (generated) and 0.66x (real) of the CPU time of
+re-reading the whole line, at word accuracy 0.995 against 0.992 and 0.9232 against 0.9224. Tried:
+an unsure character under 0.95 (real 0.9245, but 8% more recognition time on the benchmark's four
+real pages) or 0.97 (0.9238); 0.3 or 0.4 line heights of context (real 0.9226 / 0.9234, 3-5% less
+time), 0.7 (generated 0.994); a line whose cuts cover over 0.6 or 0.8 of it read whole, padded like
+a whole line (no better, no faster); re-reading the unsure words of every line with a character
+under 0.5-0.9 instead of choosing lines by their mean probability (no better for the time).
 """
 
 from __future__ import annotations
@@ -24,12 +29,11 @@ import math
 
 from mediafleet.workers.ocr.ctc import Decoded
 
-__all__ = ["CONTEXT", "MERGE", "UNSURE_CHAR", "WHOLE", "Part", "cuts", "splice", "unsure_parts"]
+__all__ = ["CONTEXT", "MERGE", "UNSURE_CHAR", "Part", "cuts", "splice", "unsure_parts"]
 
 UNSURE_CHAR = 0.9
 CONTEXT = 0.5
 MERGE = 1.0
-WHOLE = 0.6
 
 Part = tuple[float, float]  # (x0, x1) in the crop's pixels
 
@@ -76,9 +80,9 @@ def unsure_parts(spaced: Decoded, width: int) -> list[Part]:
     return parts
 
 
-def cuts(parts: list[Part], width: int, height: int) -> list[tuple[int, int, list[Part]]] | None:
-    """The column ranges ``(x0, x1, parts)`` of the line to read again, each with the parts it is
-    read for; None when together they would cover more than ``WHOLE`` of the line (read it whole)."""
+def cuts(parts: list[Part], width: int, height: int) -> list[tuple[int, int, list[Part]]]:
+    """The column ranges ``(x0, x1, parts)`` of the line (``width`` x ``height`` pixels) to read
+    again, each with the parts it is read for."""
     margin = CONTEXT * height
     out: list[tuple[int, int, list[Part]]] = []
     for a, b in parts:
@@ -87,8 +91,6 @@ def cuts(parts: list[Part], width: int, height: int) -> list[tuple[int, int, lis
             out[-1] = (out[-1][0], x1, [*out[-1][2], (a, b)])
         else:
             out.append((x0, x1, [(a, b)]))
-    if sum(x1 - x0 for x0, x1, _ in out) > WHOLE * width:
-        return None
     return out
 
 
