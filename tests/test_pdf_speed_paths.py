@@ -107,6 +107,8 @@ def _plain_xy_cut(boxes: list[tuple[float, float, float, float, int]], overlap: 
 def _layout(rnd: random.Random, kind: int) -> list[tuple[float, float, float, float, int]]:
     boxes = []
     for i in range(rnd.randint(0, 40)):
+        if kind == 8 and i >= 6:
+            break
         if kind == 0:  # anywhere
             x0, y0, w, h = rnd.uniform(0, 500), rnd.uniform(0, 700), rnd.uniform(1, 300), rnd.uniform(1, 20)
         elif kind == 1:  # a grid: ties in x and y
@@ -118,19 +120,54 @@ def _layout(rnd: random.Random, kind: int) -> list[tuple[float, float, float, fl
         elif kind == 3:  # a form: blocks of several widths
             x0, y0 = rnd.randint(0, 10) * 50.0, rnd.randint(0, 10) * 20.0
             w, h = rnd.randint(1, 6) * 40.0, rnd.choice([5.0, 10.0, 20.0])
-        else:  # tall boxes among short ones: a row above reaching below the next one
+        elif kind == 4:  # tall boxes among short ones: a row above reaching below the next one
             x0, y0 = rnd.uniform(0, 300), rnd.randint(0, 20) * 10.0
             w, h = rnd.uniform(1, 200), rnd.choice([8.0, 30.0, 60.0])
+        elif kind == 5:  # ties everywhere: a few values for every edge, repeated and equal boxes
+            x0, y0 = rnd.choice([0.0, 10.0, 20.0, 100.0]), rnd.choice([0.0, 5.0, 10.0, 30.0])
+            w, h = rnd.choice([0.0, 10.0, 80.0, 100.0]), rnd.choice([0.0, 5.0, 10.0])
+        elif kind == 6:  # nested columns: two columns, each of two columns, rows lined up or not
+            outer, inner = rnd.randint(0, 1), rnd.randint(0, 1)
+            x0 = 40.0 + 280.0 * outer + 130.0 * inner + rnd.choice([0.0, 0.0, 4.0])
+            y0, w = rnd.randint(0, 30) * 12.0 + rnd.choice([0.0, 0.0, 1.5]), rnd.choice([60.0, 110.0, 110.0])
+            h = 10.0
+        elif kind == 7:  # formulas: rows of small pieces with narrow gaps, sub- and superscripts
+            x0, y0 = 100.0 + rnd.randint(0, 30) * rnd.choice([4.5, 5.0, 9.0]), rnd.randint(0, 8) * 40.0
+            y0 += rnd.choice([0.0, 0.0, -3.5, 2.0, 0.9])
+            w, h = rnd.choice([4.5, 4.6, 26.0, 47.3, 7.8]), rnd.choice([6.4, 8.9, 9.7, 11.3])
+        else:  # degenerate boxes: zero or negative width or height, a few values, few boxes
+            x0, y0 = rnd.choice([0.0, 3.0, 10.0]), rnd.choice([0.0, 3.0, 10.0])
+            w, h = rnd.choice([-5.0, 0.0, 3.0, 10.0]), rnd.choice([-5.0, 0.0, 3.0, 10.0])
         boxes.append((x0, y0, x0 + w, y0 + h, i))
     return boxes
 
 
-@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4], ids=["scattered", "grid", "two-columns", "form", "tall"])
+_KINDS = ["scattered", "grid", "two-columns", "form", "tall", "ties", "nested-columns", "formulas", "degenerate"]
+
+
+@pytest.mark.parametrize("kind", range(len(_KINDS)), ids=_KINDS)
 def test_the_reading_order_is_the_plain_xy_cuts(kind: int) -> None:
     rnd = random.Random(kind)
     for _ in range(1500):
         boxes = _layout(rnd, kind)
         assert reading_order_indices(list(boxes)) == _plain_xy_cut(boxes)
+
+
+@pytest.mark.parametrize("kind", range(len(_KINDS)), ids=_KINDS)
+def test_small_regions_read_as_the_plain_xy_cuts(kind: int) -> None:
+    """Two and three boxes (worked out without grouping), in every order they can come in, and
+    under other overlap and column settings."""
+    rnd = random.Random(100 + kind)
+    for _ in range(1500):
+        boxes = _layout(rnd, kind)[:3]
+        while len(boxes) < 2:
+            boxes = _layout(rnd, kind)[:3]
+        for perm in ([0, 1], [1, 0], [0, 1, 2], [2, 1, 0], [1, 2, 0]):
+            if len(perm) <= len(boxes):
+                some = [boxes[i] for i in perm]
+                assert reading_order_indices(list(some)) == _plain_xy_cut(some)
+                assert reading_order_indices(list(some), overlap=0.0, min_column=0.0) == _plain_xy_cut(some, 0.0, 0.0)
+        assert reading_order_indices(list(boxes), overlap=0.6, min_column=0.5) == _plain_xy_cut(boxes, 0.6, 0.5)
 
 
 @pytest.fixture(scope="module")
@@ -477,6 +514,23 @@ def many_pdfs(pdfs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> lis
 
 def _pages(doc: Any) -> range:
     return range(min(doc.page_count, _PAGES_CHECKED))
+
+
+def test_every_page_reads_in_the_plain_xy_cuts_order(many_pdfs: list[Path]) -> None:
+    """Every page of every real and made PDF (the benchmark's generated one too): its lines'
+    boxes, as the text layer hands them to the reading order, in the plain XY-cut's order."""
+    from benchmarks.bench_pdf import make_pdf
+
+    documents = [pymupdf.open(path) for path in many_pdfs]
+    documents.append(pymupdf.open(stream=make_pdf(20), filetype="pdf"))
+    pages = 0
+    for doc in documents:
+        with doc:
+            for page in doc:
+                rects = textlayer._lines(page, page.rect, page.rotation)[1]
+                assert reading_order_indices(list(rects)) == _plain_xy_cut(rects), (doc.name, page.number)
+                pages += 1
+    assert pages >= 24
 
 
 def test_a_lean_document_reads_as_the_plain_one(many_pdfs: list[Path]) -> None:

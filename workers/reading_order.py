@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import accumulate, islice
 from operator import itemgetter, sub
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["reading_order", "reading_order_indices"]
 
@@ -73,12 +73,17 @@ def _best_cut(starts: list[float], ends: list[float], min_part: float) -> tuple[
     A cut counts only when the widest group on its narrower side is at least ``min_part`` of the
     widest group on the other side.
     """
-    widest = [e - s for s, e in zip(starts, ends)]
-    end_before = list(accumulate(ends, max))
+    widest = list(map(sub, ends, starts))
+    gaps = list(map(sub, islice(starts, 1, None), accumulate(ends, max)))  # before each group but the first
+    gap = max(gaps)
+    i = gaps.index(gap) + 1
     if min_part == 0.0 and min(widest) >= 0.0:  # every cut counts: the first widest gap
-        gaps = [s - e for s, e in zip(starts[1:], end_before)]
-        gap = max(gaps)
-        return gap, gaps.index(gap) + 1
+        return gap, i
+    narrow, wide = max(widest[:i]), max(widest[i:])
+    if wide < narrow:
+        narrow, wide = wide, narrow
+    if not narrow < min_part * wide:  # the first widest gap of all counts: none that counts is wider
+        return gap, i
     wide_before = list(accumulate(widest, max))
     wide_after = list(accumulate(reversed(widest), max))
     wide_after.reverse()
@@ -89,7 +94,7 @@ def _best_cut(starts: list[float], ends: list[float], min_part: float) -> tuple[
             narrow, wide = wide, narrow
         if narrow < min_part * wide:
             continue
-        gap = starts[i] - end_before[i - 1]
+        gap = gaps[i - 1]
         if best is None or gap > best[0]:
             best = (gap, i)
     return best
@@ -115,77 +120,161 @@ def reading_order(
 def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_column: float = 0.1) -> list[int]:
     """:func:`reading_order` of boxes given as ``(x0, y0, x1, y1, index)``: their indices in that order."""
     order: list[int] = []
-    # A region, and its rows when known: the rows of either side of a cut between rows are that
-    # side's rows of the whole (grouping is one pass over the items sorted by y0), so they are
-    # handed down instead of being found again; so are the gaps between them where they are the
-    # same (see _row_cut).
-    stack: list[tuple[list[_Item], _Rows | None]] = [(boxes, None)]
+    emit = order.append
+    # Two kinds of region wait on the stack. (items, columns): a list of items whose rows are not
+    # known yet, with its column groups when known (the items are then in x order): the groups
+    # either side of a cut between columns are that side's groups of the whole, grouping being one
+    # pass over the items sorted by x, and the items of a side, in x order already, sort to
+    # themselves. (rows, a, b, gaps): rows a..b-1 of a region's rows (:data:`_RowSet`) and the gaps
+    # between them: the rows of either side of a cut between rows are that side's rows of the
+    # whole (the same pass, along y), so they are handed down instead of being found again; so
+    # are the gaps where they are the same (see below). The items of rows a..b-1, in row order,
+    # are one slice of the items in y order, as are their x0, x1 and widths.
+    stack: list[Any] = [(boxes, None)]
+    pop, push = stack.pop, stack.append
     while stack:
-        region, known = stack.pop()
-        if len(region) <= 1:
-            order.extend(it[4] for it in region)
-            continue
-        if known is None:
-            rows, row_starts, row_ends = _groups(region, 1, overlap)
+        task = pop()
+        cols: _Groups | None = None
+        if len(task) == 2:
+            region, cols = task
+            n = len(region)
+            if n < 3:
+                if n == 2:
+                    pair = _pair(region[0], region[1], overlap, min_column)
+                    if pair is not None:
+                        order.extend(pair)
+                        continue
+                elif n:
+                    emit(region[0][4])
+                    continue
+                else:
+                    continue
+            ordered = sorted(region, key=_BY_Y)
+            rows, row_starts, row_ends = _grouped(ordered, 1, overlap)
+            x0s, x1s = list(map(_X0, ordered)), list(map(_X1, ordered))
+            widths = list(map(sub, x1s, x0s))
+            common = min(x1s) - max(x0s)
+            if common > overlap * max(widths):
+                # One column (:func:`_one_column`): without a column anywhere below, the cuts only
+                # ever split between rows and end on single rows: the region reads row by row,
+                # each row left to right.
+                _read_rows(rows, order)
+                continue
+            pos = list(accumulate(map(len, rows), initial=0))
+            rs = (rows, row_starts, row_ends, ordered, pos, x0s, x1s, widths)
+            a, b = 0, len(rows)
             gaps = _row_gaps(row_starts, row_ends)
         else:
-            rows, row_starts, row_ends, gaps = known
-        common = min(map(_X1, region)) - max(map(_X0, region))
-        if common > overlap * max(map(sub, map(_X1, region), map(_X0, region))):
-            # One column (:func:`_one_column`): without a column anywhere below, the cuts only
-            # ever split between rows and end on single rows: the region reads row by row, each
-            # row left to right.
-            _read_rows(rows, order)
-            continue
-        if gaps is not None and len(rows) > 1 and -common <= _COLUMN_GAP_RATIO * min(gaps):
+            rs, a, b, gaps = task
+            rows, row_starts, row_ends, ordered, pos, x0s, x1s, widths = rs
+            region = None
+            p, q = pos[a], pos[b]
+            if q - p == 1:
+                emit(ordered[p][4])
+                continue
+            common = min(x1s[p:q]) - max(x0s[p:q])
+            if common > overlap * max(widths[p:q]):
+                _read_rows(rows[a:b], order)
+                continue
+        if gaps is not None and b - a > 1 and -common <= _COLUMN_GAP_RATIO * min(gaps):
             # Every region the cuts between rows make of this one has no cut between columns that
             # could win: its own max x0 - min x1 is at most this one's, and its gaps between rows
             # at least these (the smallest of them included). So the cuts only ever split between
             # rows, down to single rows, top before bottom: the region reads as its rows in
             # order, each row read as a region of its own (a row alone may still hold columns).
             # The leading rows of one box each are read at once; the rest wait on the stack.
-            first = 0
-            while first < len(rows) and len(rows[first]) == 1:
-                order.append(rows[first][0][4])
+            first = a
+            while first < b and len(rows[first]) == 1:
+                emit(rows[first][0][4])
                 first += 1
-            stack.extend([(rows[i], ([rows[i]], row_starts[i:i + 1], row_ends[i:i + 1], []))
-                          for i in range(len(rows) - 1, first - 1, -1)])
+            stack.extend([(rs, i, i + 1, _NO_GAPS) for i in range(b - 1, first - 1, -1)])
             continue
-        if len(rows) <= 1:
+        if b - a <= 1:
             h = None
         elif gaps is not None:
             gap = max(gaps)
             h = gap, gaps.index(gap) + 1
         else:
-            h = _best_cut(row_starts, row_ends, 0.0)
-        if h is not None and -common <= _COLUMN_GAP_RATIO * h[0]:
-            # No gap between columns can be wider than max x0 - min x1: none could beat this cut.
-            v = None
-        else:
-            by_x = sorted(region, key=_BY_X)
-            if h is not None and _widest_x_gap(by_x) <= _COLUMN_GAP_RATIO * h[0]:
+            h = _best_cut(row_starts[a:b], row_ends[a:b], 0.0)
+        v = None
+        if h is None or -common > _COLUMN_GAP_RATIO * h[0]:
+            # Else no gap between columns can be wider than max x0 - min x1: none could beat h.
+            if cols is None:
+                if region is None:
+                    region = ordered[pos[a]:pos[b]]
+                by_x = sorted(region, key=_BY_X)
                 # Nor wider than the widest gap along x, which is found without grouping.
-                v = None
-            else:
-                cols, col_starts, col_ends = _grouped(by_x, 0, overlap)
-                v = _best_cut(col_starts, col_ends, min_column) if len(cols) > 1 else None
+                if h is None or _widest_x_gap(by_x) > _COLUMN_GAP_RATIO * h[0]:
+                    cols = _grouped(by_x, 0, overlap)
+            if cols is not None and len(cols[0]) > 1:
+                v = _best_cut(cols[1], cols[2], min_column)
         if v is not None and (h is None or v[0] > _COLUMN_GAP_RATIO * h[0]):
             k = v[1]
-            stack.append(([it for g in cols[k:] for it in g], None))
-            stack.append(([it for g in cols[:k] for it in g], None))
+            groups, starts, ends = cols  # type: ignore[misc]
+            push(([it for g in groups[k:] for it in g], (groups[k:], starts[k:], ends[k:])))
+            push(([it for g in groups[:k] for it in g], (groups[:k], starts[:k], ends[:k])))
         elif h is not None:
-            k = h[1]
+            j = h[1]
+            k = a + j
             below_gaps = None
             if gaps is not None:
                 # The gap before row i is its start less the largest end above it in the region:
                 # below the cut that largest end is the same unless a row above reaches further
                 # down than the first row below.
-                below_gaps = gaps[k:] if row_ends[k] >= max(row_ends[:k]) else _row_gaps(row_starts[k:], row_ends[k:])
-            stack.append(([it for g in rows[k:] for it in g], (rows[k:], row_starts[k:], row_ends[k:], below_gaps)))
-            stack.append(([it for g in rows[:k] for it in g], (rows[:k], row_starts[:k], row_ends[:k], gaps[: k - 1] if gaps is not None else None)))
+                below_gaps = gaps[j:] if row_ends[k] >= max(row_ends[a:k]) else _row_gaps(row_starts[k:b], row_ends[k:b])
+            push((rs, k, b, below_gaps))
+            push((rs, a, k, gaps[: j - 1] if gaps is not None else None))
         else:
-            _read_rows(rows, order)
+            _read_rows(rows[a:b], order)
     return order
+
+
+# A region's rows (as _grouped gives them), their starts and ends, the items in y order (the rows'
+# items one after the other), where each row starts among them (and where the last ends), and
+# the items' x0, x1 and widths in that order.
+_RowSet = tuple[list[list[_Item]], list[float], list[float], list[_Item], list[int], list[float], list[float], list[float]]
+_NO_GAPS: list[float] = []
+
+
+def _pair(a: _Item, b: _Item, overlap: float, min_column: float) -> tuple[int, int] | None:
+    """The reading order of the region ``[a, b]`` as the cuts read it, worked out for two boxes;
+    None for a box of negative width or height (left to the general way)."""
+    ax0, ay0, ax1, ay1, _ = a
+    bx0, by0, bx1, by1, _ = b
+    aw, bw, ah, bh = ax1 - ax0, bx1 - bx0, ay1 - ay0, by1 - by0
+    if not (aw >= 0.0 and bw >= 0.0 and ah >= 0.0 and bh >= 0.0):
+        return None
+    # Rows: a stable sort on (y0, y1), then the grouping of _grouped.
+    if (by0, by1) < (ay0, ay1):
+        p, q, ph, qh = b, a, bh, ah
+    else:
+        p, q, ph, qh = a, b, ah, bh
+    one_row = p[3] - q[1] > overlap * (ph if ph < qh else qh)
+    common = (bx1 if bx1 < ax1 else ax1) - (bx0 if bx0 > ax0 else ax0)
+    if common > overlap * (bw if bw > aw else aw):
+        if one_row and q[0] < p[0]:
+            return q[4], p[4]
+        return p[4], q[4]
+    # Columns: a stable sort on (x0, x1), then the same grouping along x.
+    if (bx0, bx1) < (ax0, ax1):
+        left, right, lw, rw = b, a, bw, aw
+    else:
+        left, right, lw, rw = a, b, aw, bw
+    if one_row:  # no cut between rows: a cut between columns, if any, else the row left to right
+        if left[2] - right[0] <= overlap * (lw if lw < rw else rw) and not (
+                (lw if lw < rw else rw) < min_column * (rw if lw < rw else lw)):
+            return left[4], right[4]
+        if q[0] < p[0]:
+            return q[4], p[4]
+        return p[4], q[4]
+    gap = q[1] - p[3]  # the cut between the two rows
+    limit = _COLUMN_GAP_RATIO * gap
+    if -common <= limit or right[0] - left[2] <= limit:
+        return p[4], q[4]
+    if left[2] - right[0] <= overlap * (lw if lw < rw else rw) and not (
+            (lw if lw < rw else rw) < min_column * (rw if lw < rw else lw)):
+        return left[4], right[4]
+    return p[4], q[4]
 
 
 def _widest_x_gap(by_x: list[_Item]) -> float:
@@ -200,9 +289,9 @@ def _row_gaps(starts: list[float], ends: list[float]) -> list[float] | None:
     """The gap before each group but the first (its start less the largest end before it), which
     :func:`_best_cut` compares when every cut counts (``min_part`` 0 and no group of negative
     extent); None otherwise."""
-    if min(e - s for s, e in zip(starts, ends)) < 0.0:
+    if min(map(sub, ends, starts)) < 0.0:
         return None
-    return [s - e for s, e in zip(starts[1:], accumulate(ends, max))]
+    return list(map(sub, islice(starts, 1, None), accumulate(ends, max)))
 
 
 def _read_rows(rows: list[list[_Item]], order: list[int]) -> None:
