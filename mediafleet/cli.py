@@ -352,13 +352,26 @@ def _extract(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         print(f"mediafleet extract: {exc}", file=sys.stderr)
         return EXIT_USAGE
     dispatcher = Dispatcher(settings, manifest=manifest)
-    if dispatcher.in_process and args.out and not (args.json or args.report) and settings.discovery_index is None:
+    if dispatcher.in_process and _writes_as_made(args, dispatcher):
         dispatcher.orchestrator = _StreamedPdfs(dispatcher.orchestrator)  # type: ignore[assignment]
     try:
         return _extract_all(queue, args, settings, manifest, dispatcher, options, status)
     finally:
         if not dispatcher.in_process:
             _stop_waiting(dispatcher)
+
+
+def _writes_as_made(args: argparse.Namespace, dispatcher: Any) -> bool:
+    """Whether a PDF's ``--out`` files are written as its bundle is made (range by range
+    in-process; from a split job's ranges' outcomes on the fleet) rather than from the bundle held
+    whole: nothing else wants the whole bundle (no ``--json``, no ``--report``, no discovery index)."""
+    return bool(args.out) and not (args.json or args.report) and dispatcher.settings.discovery_index is None
+
+
+def _waits_on_fleet(job: Any) -> bool:
+    from mediafleet.fleet_job import FleetJob
+
+    return isinstance(job, FleetJob)
 
 
 def _extract_all(queue: list[Any], args: argparse.Namespace, settings: Any, manifest: Any, dispatcher: Any,
@@ -447,6 +460,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
                  saved: _Saved) -> int:
     """Run one opened input and show what it gave; returns its exit status."""
     from mediafleet.adapters.prov import to_turtle
+    from mediafleet.contract.bundle import EvidenceBundle
     from mediafleet.contract.errors import FleetUnreachable, MediafleetError, TimedOut
     from mediafleet.contract.jobs import JobState
     from mediafleet.inputs import check_input
@@ -471,14 +485,25 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
                 print(f"{item.name}: held: {reason}; it starts when a worker comes up (mediafleet worker); "
                       "waiting (Ctrl-C stops the wait, not the job)", file=sys.stderr)
         pending = getattr(job, "inner", job)  # a ClaimedJob's own job
+        form = "jsonl" if args.jsonl else "json"
         if isinstance(pending, _PendingPdf):
             stem = f"{item.name}.{pending.request.artifact.digest.removeprefix('sha256:')[:12]}"
-            form = "jsonl" if args.jsonl else "json"
             written = pending.write(Path(args.out, f"{stem}.bundle.{form}"), Path(args.out, f"{stem}.prov.ttl"),
                                     getattr(job, "claims", None), form)
             show.clear()
             return _written(item.name, written, saved)
-        bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
+        if not dispatcher.in_process and _writes_as_made(args, dispatcher) and _waits_on_fleet(pending):
+            # A split PDF job's bundle written from its ranges' outcomes (else held whole, as below)
+            stem = f"{item.name}.{pending.request.artifact.digest.removeprefix('sha256:')[:12]}"
+            done = pending.write(Path(args.out, f"{stem}.bundle.{form}"), Path(args.out, f"{stem}.prov.ttl"),
+                                 claims=getattr(job, "claims", None), form=form, timeout=args.timeout,
+                                 on_progress=lambda p: show(p.done, p.total, p.unit))
+            if not isinstance(done, EvidenceBundle):
+                show.clear()
+                return _written(item.name, done, saved)
+            bundle = done
+        else:
+            bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
     except TimedOut:
         show.clear()
         job_id = job.id if job is not None else "?"

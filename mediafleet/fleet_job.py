@@ -10,18 +10,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from mediafleet.adapters.bundle import build_bundle
-from mediafleet.contract.bundle import EvidenceBundle
+from mediafleet.adapters.bundle import build_bundle, with_claims
+from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
 from mediafleet.contract.errors import ErrorCode, PublicError, TimedOut
-from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf, Progress
+from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf, Progress, Span
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.job import Job
 from mediafleet.jobstore import JobRecord, JobStore, Watch, finished_channel
 from mediafleet.unreachable import redis_away_errors, translating
 from mediafleet.workers.middleware import join_parts, report_part
+from mediafleet.workers.parts import own_part
+
+if TYPE_CHECKING:
+    from mediafleet.workers.pdf.stream import Written
 
 __all__ = ["FleetJob", "join_and_index"]
 
@@ -75,10 +80,27 @@ class FleetJob(Job):
         self._manifest = manifest
         self._index_setting = index_setting  # settings.discovery_index, for a join done here
         self._waited = request.job_id  # the task whose end the waiter watches: its own, then each part's
+        # While :meth:`write` waits: a split job's done record is taken as it is (its joined outcome
+        # not read), and what the job's own task reported is kept from each read of the record (the
+        # finished record drops it), to write the bundle from the ranges' outcomes.
+        self._defer = False
+        self._own_kept: JobRecord | None = None
+
+    @property
+    def request(self) -> ExtractRequest:
+        """The job's request (a split job's own: its first range)."""
+        return self._request
 
     @translating
     def record(self) -> JobRecord | None:
-        return self._jobs.get(self.id)
+        return self._kept(self._jobs.get(self.id))
+
+    def _kept(self, record: JobRecord | None) -> JobRecord | None:
+        """``record``, with what the job's own task reported into it kept while :meth:`write` waits."""
+        if self._defer and record is not None and record.parts \
+                and (kept := record.kept_part(own_part(self._capability))) is not None:
+            self._own_kept = kept
+        return record
 
     @translating
     def state(self) -> JobState:
@@ -135,18 +157,67 @@ class FleetJob(Job):
             return None
         return next((job_id for name, job_id in record.parts.items() if not record.reported(name)), None)
 
-    def _finished(self, record: JobRecord | None = None) -> Outcome | None:
+    def _finished(self, record: JobRecord | None = None) -> Outcome | JobRecord | None:
         record = record or self.record()
         if record is not None and record.forged:
             return _untrusted(self._request)
-        if record is not None and record.final and (outcome := record.outcome) is not None:
+        if record is not None and record.final and (outcome := self._outcome_of(record)) is not None:
             return outcome
         return None
+
+    def _outcome_of(self, record: JobRecord) -> Outcome | JobRecord | None:
+        """A final record's outcome; while :meth:`write` waits, a split job's done record itself
+        (its joined outcome, tens of megabytes for a long document, not read)."""
+        if self._defer and record.job_id == self.id and record.state == JobState.DONE and record.parts \
+                and not record.forged:
+            return record
+        return record.outcome
 
     @translating
     def bundle(
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
+        outcome = self._wait(timeout, on_progress)
+        assert isinstance(outcome, Outcome)
+        return build_bundle(outcome, self._capability)
+
+    @translating
+    def write(self, lines_to: Path, turtle_to: Path, *, claims: CallerClaims | None = None, form: str = "jsonl",
+              timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
+              ) -> Written | EvidenceBundle:
+        """Wait as :meth:`bundle` does; a split PDF job that finished ok has its bundle (with
+        ``claims``) written to ``lines_to`` in ``form`` and its PROV as Turtle to ``turtle_to``
+        from its ranges' outcomes, read one at a time, its joined outcome never read
+        (:func:`mediafleet.workers.pdf.stream.write_joined_bundle`): what was written comes back.
+        Any other job, or one whose ranges' outcomes cannot all be read as they were joined (the
+        first range's report was not seen while waiting, a range's record is gone or fails its
+        checks), gives its bundle held whole, with ``claims``, as :meth:`bundle` does, for the
+        caller to write; nothing is left under either name then.
+
+        Raises:
+            TimedOut: the job did not finish within ``timeout``.
+            OSError: a file could not be written.
+        """
+        from mediafleet.workers.pdf.stream import streams, write_joined_bundle
+
+        self._defer = streams(self._capability)
+        try:
+            done = self._wait(timeout, on_progress)
+        finally:
+            self._defer = False
+        if isinstance(done, JobRecord):
+            splits = {name for name, part in self._capability.parts.items() if part.split is not None}
+            ranges = _Ranges(self._jobs, done, self._own_kept, own_part(self._capability), splits)
+            written = write_joined_bundle(ranges, self._capability, lines_to, turtle_to=turtle_to, claims=claims,
+                                          form=form)
+            if written is not None:
+                return written
+            done = self._wait(timeout, on_progress)  # the record is final: its outcome, as bundle() reads it
+        assert isinstance(done, Outcome)
+        return with_claims(build_bundle(done, self._capability), claims)
+
+    def _wait(self, timeout: float | None, on_progress: Callable[[Progress], None] | None) -> Outcome | JobRecord:
+        """The job's outcome once it has one (see :meth:`_outcome_of` for a record instead)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         watch, self._watch = self._watch, None
         claimed, self._claimed = self._claimed, None
@@ -175,10 +246,10 @@ class FleetJob(Job):
         finally:
             if watch is not None:
                 watch.close()
-        return build_bundle(outcome, self._capability)
+        return outcome
 
     def _wait_claimed(self, watch: Watch, left: float, on_progress: Callable[[Progress], None] | None,
-                      token: str) -> Outcome | None:
+                      token: str) -> Outcome | JobRecord | None:
         """The first wait of a job its own submission (``token``) just claimed, on a watch that
         followed it before the claim: the record is as the claim wrote it (queued or held, no
         outcome, the result of any earlier task of it forgotten), so it is not read first. Then as
@@ -192,7 +263,8 @@ class FleetJob(Job):
             return self._finished(noticed)
         return None
 
-    def _wait_slice(self, watch: Watch, left: float, on_progress: Callable[[Progress], None] | None) -> Outcome | None:
+    def _wait_slice(self, watch: Watch, left: float,
+                    on_progress: Callable[[Progress], None] | None) -> Outcome | JobRecord | None:
         """Wait up to ``left`` seconds for the job; its outcome, or None to wait on.
 
         The job's record wakes the wait the moment its outcome is written (it publishes on the
@@ -203,11 +275,13 @@ class FleetJob(Job):
         # The record and whether the task waited on has ended are read together (one round trip).
         watch.follow(self.id, self._waited)
         record, ended = self._jobs.look(self.id, self._waited)
+        self._kept(record)
         waited = (self._running_part(record) or self.id) if record is not None else None
         if waited is not None and waited != self._waited:  # its own task reported: now a part's
             self._waited = waited
             watch.follow(self.id, waited)
             record, ended = self._jobs.look(self.id, waited)
+            self._kept(record)
         if (outcome := self._finished(record)) is not None:
             return outcome
         if waited is None or ended:
@@ -227,7 +301,7 @@ class FleetJob(Job):
             return self._finished(noticed)
         return None
 
-    def _settle(self, ended: str | None) -> Outcome | None:
+    def _settle(self, ended: str | None) -> Outcome | JobRecord | None:
         """The task ``ended`` (this job's own, or a part's; None: the job has no record) has ended
         but the job has no outcome yet: find out why.
 
@@ -241,7 +315,7 @@ class FleetJob(Job):
         # Read after the task was seen ending: a task reports before it ends, so this record holds
         # whatever it reported (one read before that could wrongly count its job as lost).
         record = self.record()
-        if record is not None and record.final and (outcome := record.outcome) is not None:
+        if record is not None and record.final and (outcome := self._outcome_of(record)) is not None:
             return outcome
         part = self._running_part(record) if record is not None else None
         if part is not None and part != ended:
@@ -263,7 +337,9 @@ class FleetJob(Job):
         if running is not None and running.final and running.outcome is not None:
             reported: Outcome | None = running.outcome
         elif running is not None:
-            reported = self._lost(self._app.AsyncResult(part), running.request)
+            lost_part = self._lost(self._app.AsyncResult(part), running.request)
+            assert not isinstance(lost_part, JobRecord)  # a part's record is never taken as it is
+            reported = lost_part
         else:  # the part's record is gone (expired): it is lost
             reported = Outcome.failed(self._request.model_copy(update={"job_id": part}), PublicError(
                 code=ErrorCode.WORKER_LOST, retryable=True, message="the part's record is gone"), _now())
@@ -292,7 +368,7 @@ class FleetJob(Job):
             return True
         return all(self._app.AsyncResult(task).ready() for task in (self.id, *record.parts.values()))
 
-    def _lost(self, result: Any, request: ExtractRequest) -> Outcome | None:
+    def _lost(self, result: Any, request: ExtractRequest) -> Outcome | JobRecord | None:
         """The outcome of a task whose worker could not write one (killed, timed out, revoked),
         recorded as that job's failure; None when nothing was lost (the task returned: its outcome
         is stored, or it was a stale delivery and the live one will write it).
@@ -302,7 +378,7 @@ class FleetJob(Job):
         the delivery that was lost (a newer delivery on another worker is not failed for it).
         """
         record = self._jobs.get(request.job_id)
-        if record is not None and record.final and (outcome := record.outcome) is not None:
+        if record is not None and record.final and (outcome := self._outcome_of(record)) is not None:
             return outcome
         status, info = result.state, result.info
         cancelled = status == "REVOKED" or (record is not None and record.state == JobState.CANCELLED)
@@ -324,3 +400,46 @@ class FleetJob(Job):
             return outcome
         after = self._jobs.get(request.job_id)
         return after.outcome if after is not None and after.final else None
+
+
+class _Ranges:
+    """A split job's ranges' outcomes, read as its join read them, one at a time: the first range's
+    from what the job's own task reported into the record (kept by the waiter: the finished record
+    drops it), each further range's from its part's own record (the same outcome its part reported
+    into the job). Validated as this job's or this part's, its signature checked with signing on,
+    a blob re-hashed. No ranges (``spans`` empty) when the first range's report was not kept for
+    this submission, or a part is not a page range."""
+
+    def __init__(self, jobs: JobStore, record: JobRecord, own: JobRecord | None, own_name: str,
+                 splits: set[str]) -> None:
+        self._jobs, self._own_name, self._job_id = jobs, own_name, record.job_id
+        self._own = own if own is not None and own.token is not None and own.token == record.token else None
+        self._parts: dict[tuple[int, int], str] = {}
+        self.spans: list[Span] = []
+        first = record.request.span
+        if self._own is None or first is None:
+            return
+        spans = [first]
+        for name, job_id in record.parts.items():
+            kind, _, pages = name.partition(":")
+            low, _, high = pages.partition("-")
+            if kind not in splits or not low.isdigit() or not high.isdigit() or int(low) < 1 or int(high) < int(low):
+                return
+            span = Span(first=int(low), last=int(high))
+            self._parts[span.first, span.last] = job_id
+            spans.append(span)
+        self.spans = sorted(spans, key=lambda s: s.first)
+        self._first = (first.first, first.last)
+
+    def read(self, span: Span) -> Outcome | None:
+        key = (span.first, span.last)
+        if key == self._first:
+            assert self._own is not None
+            outcome = self._own.part(self._own_name)
+            return outcome if outcome is not None and outcome.job_id == self._job_id else None
+        job_id = self._parts.get(key)
+        record = self._jobs.get(job_id) if job_id is not None else None
+        if record is None or record.forged or record.state != JobState.DONE or record.request.span != span:
+            return None
+        outcome = record.outcome
+        return outcome if outcome is not None and outcome.job_id == job_id else None

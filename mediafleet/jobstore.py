@@ -561,6 +561,17 @@ class JobRecord:
             return self._unreadable(ErrorCode.DIGEST_MISMATCH, job_id)
         return outcome if outcome.job_id == job_id else self._unreadable(ErrorCode.DIGEST_MISMATCH, job_id)
 
+    def kept_part(self, name: str) -> JobRecord | None:
+        """A view holding only what part ``name`` reported (and this record's request, token and
+        state), for reading it back with :meth:`part`, checked the same way, after this record's
+        own fields have moved on (a finished job's record drops its parts' reports); None while the
+        part has not reported."""
+        raw = self._f.get("part:" + name)
+        if not raw:
+            return None
+        fields = {k: self._f[k] for k in ("request", "token", "state") if k in self._f}
+        return JobRecord(self.job_id, {**fields, "part:" + name: raw}, blobs=self._blobs, signer=self._signer)
+
     @property
     def final(self) -> bool:
         return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)

@@ -1,4 +1,5 @@
-"""A long PDF's evidence bundle written as JSON Lines range by range, in-process, never held whole.
+"""A long PDF's evidence bundle written as JSON Lines range by range, never held whole: in-process,
+or on the fleet from a split job's ranges' outcomes.
 
 One run holds the whole result and then the whole bundle until it is written: about 0.2 MB a page
 of 40 lines. Here the document is read in ranges of pages (the extractor's ``page_span``, as the
@@ -31,6 +32,15 @@ The bundle is written to a temporary name in the target's folder and renamed whe
 range that fails gives the bundle one run gives for that failure (its error, the job's id), written
 the same way; an exception out of here (an interrupt, a disk that cannot take the file) leaves no
 file behind. The Turtle, when asked for, is written the same way from the same running values.
+
+On the fleet a long PDF runs as a split job (:mod:`mediafleet.workers.pdf.split`) whose ranges'
+outcomes are joined into one (``PagesPart.join``). :func:`write_joined_bundle` writes the bundle
+of that joined outcome from the ranges' outcomes, read one at a time in page order from wherever
+the caller keeps them (:class:`RangeOutcomes`: the waiting CLI reads them from the job's records),
+through the same writer: only the running values differ where the join's differ from one run's
+(the earliest start and the latest end; a check counts as passed only when every range passed it;
+the first range's outcome carries the head). A range it cannot have as it was joined (gone,
+failed, forged) writes nothing, and the caller reads the joined outcome instead.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from pydantic import TypeAdapter
 
@@ -51,11 +61,12 @@ from mediafleet.adapters.bundle import build_bundle, evidence_properties, with_c
 from mediafleet.adapters.ids import LOCUS_PREFIX, locus_ref, locus_refs
 from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.prov import turtle_lines
+from mediafleet.adapters.verify import loci_valid
 from mediafleet.adapters.stream import edge_line, end_line, head_line, node_line, prov_line, write_bundle_lines
 from mediafleet.blobstore import BlobStore
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
 from mediafleet.contract.common import Producer
-from mediafleet.contract.errors import PublicError
+from mediafleet.contract.errors import MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Modality
 from mediafleet.contract.pdf import PdfPage, PdfResult
@@ -65,7 +76,7 @@ from mediafleet.workers.registry import for_modality
 from mediafleet.workers.runner import run_request
 from mediafleet.workers.spec import ProgressFn
 
-__all__ = ["RANGE_PAGES", "Written", "streams", "write_pdf_bundle"]
+__all__ = ["RANGE_PAGES", "RangeOutcomes", "Written", "streams", "write_joined_bundle", "write_pdf_bundle"]
 
 RANGE_PAGES = 64
 """Pages read at a time. Each range opens the document again (MuPDF parses its cross-reference
@@ -223,10 +234,19 @@ class _Run:
         self.lines = 0
         self.texts: list[str] = []
         self.words = 0
+        self.page_count = 0
+        self.ranges = 0
+        self.seen: dict[str, int] = {}
 
     def range_read(self, outcome: Outcome) -> None:
+        self.ranges += 1
         for name, ok in outcome.checks.items():
             self.checks[name] = self.checks.get(name, True) and ok
+            self.seen[name] = self.seen.get(name, 0) + 1
+
+    def joined_checks(self) -> dict[str, bool]:
+        """The checks as ``PagesPart.join`` joins them: each passed only if every range passed it."""
+        return {name: ok and self.seen[name] == self.ranges for name, ok in self.checks.items()}
 
 
 def write_pdf_bundle(
@@ -282,41 +302,147 @@ def write_pdf_bundle(
             outcome = run_request(request, manifest=manifest, store=store, device=request.device, progress=progress,
                                   **timing)
             return _whole(with_claims(build_bundle(outcome, capability), claims), lines_to, turtle_to, form)
-        spans = ranges(total, range_pages)
-        pinned: Producer | None = None
-        while True:
-            with _Temp(lines_to) as out:
-                done = _stream(request, capability, manifest, once, spans, total, pinned, claims, out, form,
-                               progress, timing)
-                if isinstance(done, Producer):  # OCR met after ranges written without it: again
-                    pinned = done
-                    continue
-                if isinstance(done, EvidenceBundle):  # a range failed: the one-run failure's bundle
-                    return _whole(done, lines_to, turtle_to, form)
-                forms, run = done
-                if turtle_to is not None:
-                    _write_turtle(turtle_to, {"@context": forms.context, "@graph": _graph(forms, run)})
-                out.keep()
-            return Written("ok", None, lambda name: _summary(name, forms, run))
+        source = _Runs(request, manifest, once, ranges(total, range_pages), total, timing)
+        return _write(source, capability, claims, lines_to, turtle_to, form, progress)
 
 
-def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest, store: Any, spans: list[Span],
-            total: int, pinned: Producer | None, claims: CallerClaims | None, out: _Temp, form: str,
-            progress: ProgressFn | None, timing: dict[str, Any]) -> Producer | EvidenceBundle | tuple[_Forms, _Run]:
+class RangeOutcomes(Protocol):
+    """The outcomes of a split job's ranges, read one at a time (the fleet's: each range's record)."""
+
+    spans: list[Span]
+    """The job's ranges in page order: pages 1 to the last, each range right after the one before."""
+
+    def read(self, span: Span) -> Outcome | None:
+        """The outcome range ``span`` reported (as the job's join read it: validated, its signature
+        checked with signing on, its blob re-hashed); None when it cannot be had as it was joined."""
+        ...
+
+
+def write_joined_bundle(
+    outcomes: RangeOutcomes,
+    capability: Capability,
+    lines_to: Path,
+    *,
+    turtle_to: Path | None = None,
+    claims: CallerClaims | None = None,
+    form: str = "jsonl",
+) -> Written | None:
+    """Write the bundle of a split job that finished ok (:mod:`mediafleet.workers.pdf.split`)
+    from its ranges' outcomes, read one at a time in page order, never joined.
+
+    The file is exactly what ``build_bundle`` of the job's joined outcome (``PagesPart.join``:
+    the first range's outcome with every range's pages, the first producer that names OCR models
+    or else the first range's, each check passed by every range, the earliest start and the latest
+    end) would be written as, with ``claims`` recorded, in ``form`` (as :func:`write_pdf_bundle`).
+
+    Returns:
+        What was written; None when a range's outcome cannot be had as it was joined, or is not a
+        passed range of these pages (nothing is left under either name: the caller reads the
+        joined outcome instead).
+
+    Raises:
+        OSError: a file could not be written (nothing is left under either name).
+    """
+    if not outcomes.spans:
+        return None
+    try:
+        return _write(_Reported(outcomes), capability, claims, lines_to, turtle_to, form, None)
+    except _NotJoinable:
+        return None
+
+
+class _NotJoinable(Exception):
+    """A range's outcome is not one the job's join took as it is here (missing, failed, forged)."""
+
+
+class _Source(Protocol):
+    spans: list[Span]
+    total: int
+    joins: bool  # the head is the parts' join's (PagesPart.join), not one run's
+    request: ExtractRequest | None  # the whole run's (in-process)
+
+    def read(self, span: Span, progress: ProgressFn | None) -> Outcome: ...
+
+
+class _Runs:
+    """In-process: each range run here, through the runner."""
+
+    joins = False
+
+    def __init__(self, request: ExtractRequest, manifest: Manifest, store: Any, spans: list[Span], total: int,
+                 timing: dict[str, Any]) -> None:
+        self.request, self.manifest, self.store, self.spans, self.total, self.timing = (
+            request, manifest, store, spans, total, timing)
+
+    def read(self, span: Span, progress: ProgressFn | None) -> Outcome:
+        return run_request(self.request.model_copy(update={"span": span}), manifest=self.manifest, store=self.store,
+                           device=self.request.device, progress=progress, **self.timing)
+
+
+class _Reported:
+    """On the fleet: each range's outcome as its part reported it."""
+
+    joins = True
+    request = None
+
+    def __init__(self, outcomes: RangeOutcomes) -> None:
+        self.outcomes, self.spans = outcomes, list(outcomes.spans)
+        self.total = self.spans[-1].last
+        if [s.first for s in self.spans] != [1, *(s.last + 1 for s in self.spans[:-1])] \
+                or any(s.last < s.first for s in self.spans):
+            raise _NotJoinable  # not pages 1 to the last, each range right after the one before
+
+    def read(self, span: Span, progress: ProgressFn | None) -> Outcome:
+        outcome = self.outcomes.read(span)
+        if outcome is None or outcome.status != "ok" or outcome.error is not None \
+                or not isinstance(outcome.result, PdfResult) \
+                or [p.page for p in outcome.result.pages] != list(range(span.first, span.last + 1)):
+            raise _NotJoinable
+        return outcome
+
+
+def _write(source: _Source, capability: Capability, claims: CallerClaims | None, lines_to: Path,
+           turtle_to: Path | None, form: str, progress: ProgressFn | None) -> Written:
+    pinned: Producer | None = None
+    while True:
+        with _Temp(lines_to) as out:
+            done = _stream(source, capability, pinned, claims, out, form, progress)
+            if isinstance(done, Producer):  # OCR met after ranges written without it: again
+                pinned = done
+                continue
+            if isinstance(done, EvidenceBundle):  # a range failed: the one-run failure's bundle
+                return _whole(done, lines_to, turtle_to, form)
+            forms, run = done
+            if turtle_to is not None:
+                _write_turtle(turtle_to, {"@context": forms.context, "@graph": _graph(forms, run)})
+            out.keep()
+        return Written("ok", None, lambda name: _summary(name, forms, run))
+
+
+def _stream(source: _Source, capability: Capability, pinned: Producer | None, claims: CallerClaims | None,
+            out: _Temp, form: str, progress: ProgressFn | None) -> Producer | EvidenceBundle | tuple[_Forms, _Run]:
     run = _Run()
     forms: _Forms | None = None
     producer = pinned
     started = ended = None
+    head: Outcome | None = None
     write = _FORMS_OF[form](out.file)
-    for span in spans:
-        shown = _shifted(progress, span.first - 1, total)
-        outcome = run_request(request.model_copy(update={"span": span}), manifest=manifest, store=store,
-                              device=request.device, progress=shown, **timing)
-        started = started or outcome.started_at
+    for span in source.spans:
+        shown = _shifted(progress, span.first - 1, source.total)
+        outcome = source.read(span, shown)
+        if source.joins:  # the join's: the earliest start, the latest end
+            started = outcome.started_at if started is None else min(started, outcome.started_at)
+            ended = outcome.ended_at if ended is None else max(ended, outcome.ended_at)
+        else:
+            started = started or outcome.started_at
         if outcome.status != "ok" or not isinstance(outcome.result, PdfResult):
             failed = outcome.model_copy(update={"started_at": started})
             return with_claims(build_bundle(failed, capability), claims)
-        ended = outcome.ended_at
+        if not source.joins:
+            ended = outcome.ended_at
+        if head is None:
+            head = outcome.model_copy(update={"result": None})
+            run.page_count = outcome.result.page_count
         result: PdfResult = outcome.result
         if producer is None:
             producer = result.producer
@@ -332,6 +458,13 @@ def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest,
                 write.node(node)
         run.range_read(outcome)
         drafts = to_loci(result, outcome.artifact.digest)
+        if source.joins:  # as build_bundle checks the joined result's loci
+            try:
+                capability.check_produces({d.address.kind for d in drafts})
+            except MediafleetError:
+                raise _NotJoinable from None
+            if not loci_valid(drafts):
+                raise _NotJoinable
         ids = _locus_ids(forms.derivation, run.loci, len(drafts))
         for node in forms.nodes(ids, drafts, run.text_base):
             write.node(node)
@@ -339,12 +472,20 @@ def _stream(request: ExtractRequest, capability: Capability, manifest: Manifest,
         run.loci += len(drafts)
         _tally(run, result, drafts)
         del drafts, ids, result, outcome
-    assert forms is not None and started is not None and ended is not None
-    final = Outcome.model_validate({
-        "job_id": request.job_id, "action": request.action, "artifact": request.artifact, "status": "ok",
-        "result": _stand_in(producer, total), "checks": run.checks,  # type: ignore[arg-type]
-        "started_at": started, "ended_at": ended, "device": request.device,
-    })
+    assert forms is not None and started is not None and ended is not None and head is not None
+    if source.joins:  # the first range's outcome, as PagesPart.join keeps it, with the join's values
+        final = head.model_copy(update={
+            "result": _stand_in(producer, run.page_count), "checks": run.joined_checks(),  # type: ignore[arg-type]
+            "started_at": started, "ended_at": ended,
+        })
+    else:
+        request = source.request
+        assert request is not None
+        final = Outcome.model_validate({
+            "job_id": request.job_id, "action": request.action, "artifact": request.artifact, "status": "ok",
+            "result": _stand_in(producer, source.total), "checks": run.checks,  # type: ignore[arg-type]
+            "started_at": started, "ended_at": ended, "device": request.device,
+        })
     forms = _Forms(final, capability, claims)
     confidences = list(run.confidences)
     forms.counted(run.loci, sum(confidences) / len(confidences) if confidences else 1.0)
