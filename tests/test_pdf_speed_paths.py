@@ -135,14 +135,18 @@ def _layout(rnd: random.Random, kind: int) -> list[tuple[float, float, float, fl
             x0, y0 = 100.0 + rnd.randint(0, 30) * rnd.choice([4.5, 5.0, 9.0]), rnd.randint(0, 8) * 40.0
             y0 += rnd.choice([0.0, 0.0, -3.5, 2.0, 0.9])
             w, h = rnd.choice([4.5, 4.6, 26.0, 47.3, 7.8]), rnd.choice([6.4, 8.9, 9.7, 11.3])
-        else:  # degenerate boxes: zero or negative width or height, a few values, few boxes
+        elif kind == 8:  # degenerate boxes: zero or negative width or height, a few values, few boxes
             x0, y0 = rnd.choice([0.0, 3.0, 10.0]), rnd.choice([0.0, 3.0, 10.0])
             w, h = rnd.choice([-5.0, 0.0, 3.0, 10.0]), rnd.choice([-5.0, 0.0, 3.0, 10.0])
+        else:  # rows and columns overlapping a little (negative gaps), some boxes starting together
+            x0, y0 = rnd.randint(0, 6) * 45.0, rnd.randint(0, 12) * 9.0
+            w, h = rnd.choice([10.0, 50.0, 52.0, 140.0]), rnd.choice([10.0, 11.0, 30.0])
         boxes.append((x0, y0, x0 + w, y0 + h, i))
     return boxes
 
 
-_KINDS = ["scattered", "grid", "two-columns", "form", "tall", "ties", "nested-columns", "formulas", "degenerate"]
+_KINDS = ["scattered", "grid", "two-columns", "form", "tall", "ties", "nested-columns", "formulas", "degenerate",
+          "overlapping"]
 
 
 @pytest.mark.parametrize("kind", range(len(_KINDS)), ids=_KINDS)

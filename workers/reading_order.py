@@ -153,8 +153,9 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             rows, row_starts, row_ends = _grouped(ordered, 1, overlap)
             x0s, x1s = list(map(_X0, ordered)), list(map(_X1, ordered))
             widths = list(map(sub, x1s, x0s))
-            common = min(x1s) - max(x0s)
-            if common > overlap * max(widths):
+            p, q, x0max, x1min, wmax = 0, len(ordered), max(x0s), min(x1s), max(widths)
+            common = x1min - x0max
+            if common > overlap * wmax:
                 # One column (:func:`_one_column`): without a column anywhere below, the cuts only
                 # ever split between rows and end on single rows: the region reads row by row,
                 # each row left to right.
@@ -172,8 +173,9 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             if q - p == 1:
                 emit(ordered[p][4])
                 continue
-            common = min(x1s[p:q]) - max(x0s[p:q])
-            if common > overlap * max(widths[p:q]):
+            x0max, x1min, wmax = max(x0s[p:q]), min(x1s[p:q]), max(widths[p:q])
+            common = x1min - x0max
+            if common > overlap * wmax:
                 _read_rows(rows[a:b], order)
                 continue
         if gaps is not None and b - a > 1 and -common <= _COLUMN_GAP_RATIO * min(gaps):
@@ -199,9 +201,10 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
         v = None
         if h is None or -common > _COLUMN_GAP_RATIO * h[0]:
             # Else no gap between columns can be wider than max x0 - min x1: none could beat h.
-            if cols is None:
+            if cols is None and (h is None or not _narrow_x_gaps(x0s, x1s, widths, p, q, x0max, wmax,
+                                                                  _COLUMN_GAP_RATIO * h[0])):
                 if region is None:
-                    region = ordered[pos[a]:pos[b]]
+                    region = ordered[p:q]
                 by_x = sorted(region, key=_BY_X)
                 # Nor wider than the widest gap along x, which is found without grouping.
                 if h is None or _widest_x_gap(by_x) > _COLUMN_GAP_RATIO * h[0]:
@@ -283,6 +286,30 @@ def _widest_x_gap(by_x: list[_Item]) -> float:
     is at a group's first item and its gap is exactly that item's term, so no cut between columns
     is wider than this."""
     return max(map(sub, map(_X0, islice(by_x, 1, None)), accumulate(map(_X1, by_x), max)))
+
+
+def _narrow_x_gaps(x0s: list[float], x1s: list[float], widths: list[float], p: int, q: int,
+                   x0max: float, wmax: float, limit: float) -> bool:
+    """True when :func:`_widest_x_gap` of items ``p..q-1`` (given by their x0, x1 and widths, the
+    largest x0 and the largest width) is surely at most ``limit``, found without sorting them.
+
+    With no negative width: in (x0, x1) order, each item after the widest one, w, has w's x1
+    among the x1 before it, so its term is at most max x0 - x1(w); each up to w, at most
+    x0(w) - min x0 (the first item's x1 is at least its x0, the least of all), and, where an item
+    L of the least x0 reaches x1(L), at most max(x0(w) - x1(L), 0): after L it is at most
+    x0 - x1(L), and before L (a tie on the least x0) at most min x0 - the first item's x1.
+    """
+    if min(widths[p:q]) < 0.0:
+        return False
+    w = widths.index(wmax, p, q)
+    x0w = x0s[w]
+    after = x0max - x1s[w]
+    if after > limit:
+        return False
+    x0min = min(x0s[p:q])
+    if x0w - x0min <= limit:
+        return True
+    return x0w - x1s[x0s.index(x0min, p, q)] <= limit and 0.0 <= limit
 
 
 def _row_gaps(starts: list[float], ends: list[float]) -> list[float] | None:
