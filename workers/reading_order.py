@@ -84,6 +84,8 @@ def _best_cut(starts: list[float], ends: list[float], min_part: float) -> tuple[
         narrow, wide = wide, narrow
     if not narrow < min_part * wide:  # the first widest gap of all counts: none that counts is wider
         return gap, i
+    if len(gaps) == 1:  # nor is there another
+        return None
     wide_before = list(accumulate(widest, max))
     wide_after = list(accumulate(reversed(widest), max))
     wide_after.reverse()
@@ -212,10 +214,7 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             if cols is not None and len(cols[0]) > 1:
                 v = _best_cut(cols[1], cols[2], min_column)
         if v is not None and (h is None or v[0] > _COLUMN_GAP_RATIO * h[0]):
-            k = v[1]
-            groups, starts, ends = cols  # type: ignore[misc]
-            push(([it for g in groups[k:] for it in g], (groups[k:], starts[k:], ends[k:])))
-            push(([it for g in groups[:k] for it in g], (groups[:k], starts[:k], ends[:k])))
+            _push_sides(cols, v[1], push, emit)  # type: ignore[arg-type]
         elif h is not None:
             j = h[1]
             k = a + j
@@ -226,10 +225,24 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
                 # down than the first row below.
                 below_gaps = gaps[j:] if row_ends[k] >= max(row_ends[a:k]) else _row_gaps(row_starts[k:b], row_ends[k:b])
             push((rs, k, b, below_gaps))
-            push((rs, a, k, gaps[: j - 1] if gaps is not None else None))
+            if pos[k] - p == 1:  # the side above is one box, read next anyway
+                emit(ordered[p][4])
+            else:
+                push((rs, a, k, gaps[: j - 1] if gaps is not None else None))
         else:
             _read_rows(rows[a:b], order)
     return order
+
+
+def _push_sides(cols: _Groups, k: int, push: Callable[[Any], None], emit: Callable[[int], None]) -> None:
+    """The two sides of a cut before column group ``k``, right then left, onto the stack, each with
+    its column groups; a left side of one box is read at once (it would be next)."""
+    groups, starts, ends = cols
+    push(([it for g in groups[k:] for it in g], (groups[k:], starts[k:], ends[k:])))
+    if k == 1 and len(groups[0]) == 1:
+        emit(groups[0][0][4])
+    else:
+        push(([it for g in groups[:k] for it in g], (groups[:k], starts[:k], ends[:k])))
 
 
 # A region's rows (as _grouped gives them), their starts and ends, the items in y order (the rows'
