@@ -27,22 +27,16 @@ _COLUMN_GAP_RATIO = 2.0
 
 _Item = tuple[float, float, float, float, int]  # x0, y0, x1, y1, index
 _Groups = tuple[list[list[_Item]], list[float], list[float]]  # groups, their starts, their ends
-_Rows = tuple[list[list[_Item]], list[float], list[float], list[float] | None]  # and the gaps between
 _X0 = itemgetter(0)
 _X1 = itemgetter(2)
 _BY_X = itemgetter(0, 2)
 _BY_Y = itemgetter(1, 3)
 
 
-def _groups(items: list[_Item], axis: int, overlap: float) -> _Groups:
-    """Items split along ``axis`` (0: x, 1: y) wherever the projections do not overlap, with each
-    group's extent along the axis (its first item's start, items being sorted by start; the
-    largest end)."""
-    return _grouped(sorted(items, key=_BY_X if axis == 0 else _BY_Y), axis, overlap)
-
-
 def _grouped(ordered: list[_Item], axis: int, overlap: float) -> _Groups:
-    """:func:`_groups` of items already sorted along ``axis`` by (start, end)."""
+    """Items sorted along ``axis`` (0: x, 1: y) by (start, end), split wherever the projections do
+    not overlap, with each group's extent along the axis (its first item's start, the largest
+    end). Groups are runs of ``ordered``."""
     lo, hi = (0, 2) if axis == 0 else (1, 3)
     groups: list[list[_Item]] = []
     starts: list[float] = []
@@ -105,7 +99,7 @@ def _best_cut(starts: list[float], ends: list[float], min_part: float) -> tuple[
 def _one_column(items: list[_Item], overlap: float) -> bool:
     """True when no subset of ``items`` can be cut into columns: every item spans the common
     stretch ``[max x0, min x1]``, which is longer than ``overlap`` of the widest item, so any two
-    of them overlap along x by more than ``overlap`` of either and :func:`_groups` keeps them in
+    of them overlap along x by more than ``overlap`` of either and :func:`_grouped` keeps them in
     one column however the region is later cut into rows."""
     common = min(map(_X1, items)) - max(map(_X0, items))
     return common > overlap * max(map(sub, map(_X1, items), map(_X0, items)))
@@ -311,6 +305,8 @@ def _narrow_x_gaps(x0s: list[float], x1s: list[float], widths: list[float], p: i
     x0(w) - min x0 (the first item's x1 is at least its x0, the least of all), and, where an item
     L of the least x0 reaches x1(L), at most max(x0(w) - x1(L), 0): after L it is at most
     x0 - x1(L), and before L (a tie on the least x0) at most min x0 - the first item's x1.
+    Every step holds in floating point too (a difference moves with its terms), for finite boxes
+    as text boxes are.
     """
     if min(widths[p:q]) < 0.0:
         return False
