@@ -169,6 +169,11 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             if q - p == 1:
                 emit(ordered[p][4])
                 continue
+            if q - p == 2:
+                pair = _pair(ordered[p], ordered[p + 1], overlap, min_column)
+                if pair is not None:
+                    order.extend(pair)
+                    continue
             x0max, x1min, wmax = max(x0s[p:q]), min(x1s[p:q]), max(widths[p:q])
             common = x1min - x0max
             if common > overlap * wmax:
@@ -180,10 +185,16 @@ def reading_order_indices(boxes: list[_Item], *, overlap: float = 0.3, min_colum
             # at least these (the smallest of them included). So the cuts only ever split between
             # rows, down to single rows, top before bottom: the region reads as its rows in
             # order, each row read as a region of its own (a row alone may still hold columns).
-            # The leading rows of one box each are read at once; the rest wait on the stack.
+            # The leading rows of one or two boxes are read at once; the rest wait on the stack.
             first = a
-            while first < b and len(rows[first]) == 1:
-                emit(rows[first][0][4])
+            while first < b:
+                row = rows[first]
+                if len(row) == 1:
+                    emit(row[0][4])
+                elif len(row) == 2 and (pair := _pair(row[0], row[1], overlap, min_column)) is not None:
+                    order.extend(pair)
+                else:
+                    break
                 first += 1
             stack.extend([(rs, i, i + 1, _NO_GAPS) for i in range(b - 1, first - 1, -1)])
             continue
