@@ -95,6 +95,23 @@ class FleetJob(Job):
     def record(self) -> JobRecord | None:
         return self._kept(self._jobs.get(self.id))
 
+    def _glance(self) -> JobRecord | None:
+        """The job's record as the waiter reads it (:meth:`_look`)."""
+        return self._look(self.id)[0]
+
+    def _look(self, job_id: str, task_id: str | None = None) -> tuple[JobRecord | None, bool]:
+        """A record and whether a task ended (:meth:`JobStore.look`). While :meth:`write` waits,
+        read brief: without what the job's parts reported into it (a long document's ranges
+        report tens of megabytes there, read again at every slice), but the own task's report
+        until it is kept; a range's record for progress without its outcome."""
+        if not self._defer:
+            return self._jobs.look(job_id, task_id)
+        if job_id != self.id:
+            return self._jobs.brief(job_id), False
+        keep = own_part(self._capability) if self._own_kept is None else None
+        record, ended = self._jobs.look(job_id, task_id, brief=True, keep_part=keep)
+        return self._kept(record), ended
+
     def _kept(self, record: JobRecord | None) -> JobRecord | None:
         """``record``, with what the job's own task reported into it kept while :meth:`write` waits."""
         if self._defer and record is not None and record.parts \
@@ -104,7 +121,7 @@ class FleetJob(Job):
 
     @translating
     def state(self) -> JobState:
-        record = self.record()
+        record = self._glance()
         return record.state if record is not None else JobState.FAILED
 
     @translating
@@ -112,12 +129,12 @@ class FleetJob(Job):
         """The job's progress: a split job's summed over its ranges (pages across parts); a job
         whose own task reported while a companion part runs, that part's (a video's speech, in
         seconds); else its own."""
-        record = self.record()
+        record = self._glance()
         if record is None:
             return None
         if record.parts and record.request.span is not None:
             return self._split_progress(record)
-        if (part := self._running_part(record)) is not None and (running := self._jobs.get(part)) is not None:
+        if (part := self._running_part(record)) is not None and (running := self._look(part)[0]) is not None:
             return running.progress
         return record.progress
 
@@ -127,7 +144,7 @@ class FleetJob(Job):
         assert own is not None
         done, total, unit = 0, 0, None
         for name, job_id in [(None, self.id), *record.parts.items()]:
-            part = record if name is None else self._jobs.get(job_id)
+            part = record if name is None else self._look(job_id)[0]
             span = part.request.span if part is not None else None
             size = (span or own).count  # a range whose record is gone: counted as the first range's size
             progress = part.progress if part is not None else None
@@ -158,7 +175,7 @@ class FleetJob(Job):
         return next((job_id for name, job_id in record.parts.items() if not record.reported(name)), None)
 
     def _finished(self, record: JobRecord | None = None) -> Outcome | JobRecord | None:
-        record = record or self.record()
+        record = record or self._glance()
         if record is not None and record.forged:
             return _untrusted(self._request)
         if record is not None and record.final and (outcome := self._outcome_of(record)) is not None:
@@ -274,14 +291,12 @@ class FleetJob(Job):
         # Subscribed before the record is read, so an outcome written in between cannot go unseen.
         # The record and whether the task waited on has ended are read together (one round trip).
         watch.follow(self.id, self._waited)
-        record, ended = self._jobs.look(self.id, self._waited)
-        self._kept(record)
+        record, ended = self._look(self.id, self._waited)
         waited = (self._running_part(record) or self.id) if record is not None else None
         if waited is not None and waited != self._waited:  # its own task reported: now a part's
             self._waited = waited
             watch.follow(self.id, waited)
-            record, ended = self._jobs.look(self.id, waited)
-            self._kept(record)
+            record, ended = self._look(self.id, waited)
         if (outcome := self._finished(record)) is not None:
             return outcome
         if waited is None or ended:
@@ -314,7 +329,7 @@ class FleetJob(Job):
         """
         # Read after the task was seen ending: a task reports before it ends, so this record holds
         # whatever it reported (one read before that could wrongly count its job as lost).
-        record = self.record()
+        record = self._glance()
         if record is not None and record.final and (outcome := self._outcome_of(record)) is not None:
             return outcome
         part = self._running_part(record) if record is not None else None
@@ -361,7 +376,7 @@ class FleetJob(Job):
         record that has not moved for ``_JOINER_GONE_S`` is taken as stuck too (a part reused from
         an earlier submission may have no Celery result left to wait for).
         """
-        record = self.record()
+        record = self._glance()
         if record is None or record.final or record.pending_parts > 0:
             return False
         if time.time() - record.updated_at > _JOINER_GONE_S:
@@ -377,7 +392,7 @@ class FleetJob(Job):
         resubmission runs the job again. The failure is written only while the record still names
         the delivery that was lost (a newer delivery on another worker is not failed for it).
         """
-        record = self._jobs.get(request.job_id)
+        record = self._jobs.get(request.job_id) if request.job_id != self.id else self._glance()
         if record is not None and record.final and (outcome := self._outcome_of(record)) is not None:
             return outcome
         status, info = result.state, result.info
@@ -398,8 +413,8 @@ class FleetJob(Job):
         worker = getattr(result, "worker", None) if not cancelled else None
         if self._jobs.finish(outcome, seen_attempts=record.attempts, hostname=worker or None):
             return outcome
-        after = self._jobs.get(request.job_id)
-        return after.outcome if after is not None and after.final else None
+        after = self._jobs.get(request.job_id) if request.job_id != self.id else self._glance()
+        return self._outcome_of(after) if after is not None and after.final else None
 
 
 class _Ranges:

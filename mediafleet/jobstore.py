@@ -268,13 +268,17 @@ return 1
 """
 
 # KEYS[1] record, KEYS[2] the Celery result of a task ('' for none); ARGV[1] the presence key
-# prefix. One read of what a waiter looks at: {the record's fields and values, whether the worker a
-# started record names still has a heartbeat (1, 0; -1: not asked), the task's Celery state or ''}.
+# prefix, ARGV[2] '1' for a brief read: each part's report given as '' (present, so whether it
+# reported still shows) but the field ARGV[3] names ('' for none). One read of what a waiter looks
+# at: {the record's fields and values, whether the worker a started record names still has a
+# heartbeat (1, 0; -1: not asked), the task's Celery state or ''}.
 _LOOK = """
 local fields = redis.call('HGETALL', KEYS[1])
 local state, host = nil, nil
 for i = 1, #fields, 2 do
-  if fields[i] == 'state' then state = fields[i + 1] elseif fields[i] == 'hostname' then host = fields[i + 1] end
+  local name = fields[i]
+  if name == 'state' then state = fields[i + 1] elseif name == 'hostname' then host = fields[i + 1] end
+  if ARGV[2] == '1' and string.sub(name, 1, 5) == 'part:' and name ~= ARGV[3] then fields[i + 1] = '' end
 end
 local alive = -1
 if state == 'started' and host and host ~= '' then alive = redis.call('EXISTS', ARGV[1] .. host) end
@@ -287,6 +291,17 @@ if KEYS[2] ~= '' then
   end
 end
 return {fields, alive, status}
+"""
+# KEYS[1] record. Its fields and values as HGETALL gives them, with the inline outcome and each
+# part's report given as '' (present, so whether they are there still shows): what a waiter's
+# progress reads of a range's record, without the outcome it holds once finished.
+_BRIEF = """
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local name = fields[i]
+  if name == 'outcome' or string.sub(name, 1, 5) == 'part:' then fields[i + 1] = '' end
+end
+return fields
 """
 # Celery's states of a task that has ended (celery.states.READY_STATES).
 _ENDED = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
@@ -407,9 +422,11 @@ class JobRecord:
 
     def __init__(self, job_id: str, fields: dict[str, str], forged: bool = False,
                  worker_alive: bool | None = None, blobs: BlobStore | None = None, signer: Any = None,
-                 outcome: Outcome | None = None) -> None:
+                 outcome: Outcome | None = None, brief: bool = False, no_outcome: bool = False) -> None:
         self.job_id = job_id
         self._f = fields
+        self._brief = brief  # a brief read (JobStore.look, JobStore.brief): the parts' reports left out
+        self._no_outcome = no_outcome  # JobStore.brief: the outcome left out too
         self.forged = forged
         self.worker_alive = worker_alive
         self._blobs = blobs
@@ -476,6 +493,8 @@ class JobRecord:
         """
         if self.forged:
             return None
+        if self._no_outcome:
+            raise RuntimeError("a brief read of the record left its outcome out")
         if self._outcome is None:
             self._outcome = (self._read_outcome(),)
         return self._outcome[0]
@@ -543,6 +562,8 @@ class JobRecord:
         that part, never as evidence.
         """
         raw = self._f.get("part:" + name)
+        if self._brief and raw == "":
+            raise RuntimeError("a brief read of the record left this part's report out")
         if not raw:
             return None
         fields = json.loads(raw)
@@ -746,6 +767,7 @@ class JobStore:
         self._finish = client.register_script(_FINISH)
         self._recover = client.register_script(_RECOVER)
         self._look = client.register_script(_LOOK)
+        self._brief = client.register_script(_BRIEF)
         self._idle = _IdleWatches()
 
     @staticmethod
@@ -772,14 +794,20 @@ class JobStore:
     def get(self, job_id: str) -> JobRecord | None:
         return self.look(job_id)[0]
 
-    def look(self, job_id: str, task_id: str | None = None) -> tuple[JobRecord | None, bool]:
+    def look(self, job_id: str, task_id: str | None = None, *, brief: bool = False,
+             keep_part: str | None = None) -> tuple[JobRecord | None, bool]:
         """The job's record, and whether the Celery task ``task_id`` has ended (its result is
         stored: success, failure or revoked), read together in one round trip (what a waiter
-        reads at each slice of its wait). With no ``task_id``, False."""
+        reads at each slice of its wait). With no ``task_id``, False.
+
+        ``brief``: without what the job's parts reported into it but ``keep_part``'s (a long
+        document's ranges report tens of megabytes there): :meth:`JobRecord.reported` still says
+        which did, :meth:`JobRecord.part` refuses the others."""
         from mediafleet.presence import worker_key
 
         raw, alive, status = self._look(keys=[self.key(job_id), _CELERY_RESULT + task_id if task_id else ""],
-                                        args=[worker_key("")])
+                                        args=[worker_key(""), "1" if brief else "0",
+                                              "part:" + keep_part if brief and keep_part else ""])
         ended = _text(status) in _ENDED
         if not raw:
             return None, ended
@@ -791,7 +819,22 @@ class JobStore:
         signed = _signed_text(job_id, fields)
         forged = (self._signer is not None and signed is not None
                   and not self._signer.verify(signed, fields.get("outcome_sig")))
-        return JobRecord(job_id, fields, forged, None if alive < 0 else bool(alive), self._blobs, self._signer), ended
+        return JobRecord(job_id, fields, forged, None if alive < 0 else bool(alive), self._blobs, self._signer,
+                         brief=brief), ended
+
+    def brief(self, job_id: str) -> JobRecord | None:
+        """The job's record without its inline outcome or its parts' reports (its state,
+        progress, request; :attr:`JobRecord.outcome` and :meth:`JobRecord.part` refuse): what a
+        waiter's progress reads of each range's record (a finished one holds its outcome)."""
+        raw = self._brief(keys=[self.key(job_id)])
+        if not raw:
+            return None
+        if isinstance(raw, dict):
+            pairs = list(raw.items())
+        else:
+            pairs = list(zip(raw[::2], raw[1::2], strict=True))
+        return JobRecord(job_id, {_text(k): _text(v) for k, v in pairs}, blobs=self._blobs, signer=self._signer,
+                         brief=True, no_outcome=True)
 
     def noticed(self, job_id: str, notice: Any, request: ExtractRequest, token: str | None) -> JobRecord | None:
         """The finished record a job's finished notice carries: the fields its finish wrote, in

@@ -163,3 +163,43 @@ def test_a_job_that_is_not_split_or_that_failed_gives_the_held_paths_files_and_s
     assert first.returncode == again.returncode == 1 and "mf-test" not in first.stderr, first.stderr
     assert "failed:" in first.stderr and first.stdout == again.stdout
     assert files(tmp_path / "first-failed") == files(tmp_path / "held-failed")
+
+
+@pytest.mark.integration
+def test_a_brief_read_leaves_the_parts_reports_out_but_the_one_kept(jobs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What the writing waiter reads at each slice: which parts reported, not what (a long
+    document's ranges report tens of megabytes into the record), but the own task's report, kept."""
+    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.contract.jobs import JobState
+    from mediafleet.contract.manifest import default_manifest
+    from mediafleet.workers import parts
+    from mediafleet.workers.runner import run_request
+    from tests.test_pdf_split import pdf_request
+
+    manifest = default_manifest()
+    capability = manifest.capability("ocr_pdf")
+    store = LocalBlobStore(tmp_path / "blobs")
+    request = pdf_request(store, raw_pdf(40, lines=2))
+    own, planned = parts.plan(request, capability, manifest, {"pages": 40})
+    part = planned["pages:33-40"]
+    token = jobs.claim(own, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60,
+                       parts={"pages:33-40": part.job_id})
+    assert token is not None and jobs.start(own.job_id, "w1@test", token)[0] == 1
+    outcome = run_request(own, manifest=manifest, store=store)
+    assert jobs.report_part(own.job_id, "pdf", outcome, delivery=1) == 1
+
+    full = jobs.get(own.job_id)
+    brief, _ = jobs.look(own.job_id, brief=True)
+    assert brief.reported("pdf") and brief.state == full.state and brief.parts == full.parts
+    with pytest.raises(RuntimeError):
+        brief.part("pdf")
+    kept, _ = jobs.look(own.job_id, brief=True, keep_part="pdf")
+    assert kept.kept_part("pdf").part("pdf") == full.part("pdf") == outcome
+    assert kept.kept_part("pdf").token == token and brief.kept_part("pdf") is None
+
+    assert jobs.claim(part, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60) is not None
+    assert jobs.finish(run_request(part, manifest=manifest, store=store))
+    ranged = jobs.brief(part.job_id)
+    assert ranged.final and ranged.request.span == part.span and jobs.get(part.job_id).outcome is not None
+    with pytest.raises(RuntimeError):
+        ranged.outcome  # noqa: B018 - the property refuses
