@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +41,18 @@ def pdf_request(store: LocalBlobStore, data: bytes, job_id: str = "mf-" + "5" * 
     digest = store.put_bytes(data)
     return ExtractRequest(job_id=job_id, action="ocr_pdf", artifact=ArtifactRef(
         digest=digest, media_type="application/pdf", bytes=len(data), modality=Modality.PDF))
+
+
+def started_split(jobs: Any, store: LocalBlobStore, data: bytes) -> tuple[ExtractRequest, ExtractRequest, str]:
+    """A 40-page PDF job planned as its own task (pages 1-32) and one range (33-40), its record
+    claimed with that part and started by ``w1@test``: (the own request, the part's, the claim's token)."""
+    manifest = default_manifest()
+    own, planned = parts.plan(pdf_request(store, data), manifest.capability("ocr_pdf"), manifest, {"pages": 40})
+    part = planned["pages:33-40"]
+    token = jobs.claim(own, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60,
+                       parts={"pages:33-40": part.job_id})
+    assert token is not None and jobs.start(own.job_id, "w1@test", token)[0] == 1
+    return own, part, token
 
 
 # --- planning and joining, no broker --------------------------------------------------------------
@@ -214,12 +227,7 @@ def test_a_waiter_never_takes_a_queued_range_for_lost_when_another_task_ended(jo
     manifest = default_manifest()
     capability = manifest.capability("ocr_pdf")
     store = LocalBlobStore(tmp_path / "blobs")
-    request = pdf_request(store, text_pdf(40, lines=2))
-    own, planned = parts.plan(request, capability, manifest, {"pages": 40})
-    part = planned["pages:33-40"]
-    token = jobs.claim(own, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60,
-                       parts={"pages:33-40": part.job_id})
-    assert token is not None and jobs.start(own.job_id, "w1@test", token)[0] == 1
+    own, part, _ = started_split(jobs, store, text_pdf(40, lines=2))
     assert jobs.claim(part, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60) is not None
     outcome = run_request(own, manifest=manifest, store=store)
     assert jobs.report_part(own.job_id, "pdf", outcome, delivery=1) == 1  # the own task's report: 1 range left

@@ -172,19 +172,12 @@ def test_a_brief_read_leaves_the_parts_reports_out_but_the_one_kept(jobs, tmp_pa
     from mediafleet.blobstore import LocalBlobStore
     from mediafleet.contract.jobs import JobState
     from mediafleet.contract.manifest import default_manifest
-    from mediafleet.workers import parts
     from mediafleet.workers.runner import run_request
-    from tests.test_pdf_split import pdf_request
+    from tests.test_pdf_split import started_split
 
     manifest = default_manifest()
-    capability = manifest.capability("ocr_pdf")
     store = LocalBlobStore(tmp_path / "blobs")
-    request = pdf_request(store, raw_pdf(40, lines=2))
-    own, planned = parts.plan(request, capability, manifest, {"pages": 40})
-    part = planned["pages:33-40"]
-    token = jobs.claim(own, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60,
-                       parts={"pages:33-40": part.job_id})
-    assert token is not None and jobs.start(own.job_id, "w1@test", token)[0] == 1
+    own, part, token = started_split(jobs, store, raw_pdf(40, lines=2))
     outcome = run_request(own, manifest=manifest, store=store)
     assert jobs.report_part(own.job_id, "pdf", outcome, delivery=1) == 1
 
