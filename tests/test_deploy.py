@@ -146,6 +146,8 @@ def test_build_context_holds_what_the_images_copy() -> None:
         assert copied <= allowed, f".dockerignore keeps {copied - allowed} out of the build context"
         for source in copied:
             assert (ROOT / source).exists(), source
+        assert "setup.py" in copied, f"{dockerfile} builds without setup.py (the PDF text layer's C reader)"
+        assert "smoke.py --c-reader" in text or "smoke.py --gpu --c-reader" in text
     assert "docker/secrets" not in allowed
 
 

@@ -1,6 +1,6 @@
 """The PDF path's fast ways give exactly what the plain ways give.
 
-The reading order, the text blocks, the line boxes, pages, drafts, evidence nodes, edges, PROV
+The reading order, the text lines (read by the C reader where it is built), the line boxes, pages, drafts, evidence nodes, edges, PROV
 entities and the addresses' JSON are built on the hot path without a per-item model call or a
 second sort; each is checked here against the plain form it replaces (a straightforward XY-cut,
 ``get_text``, validated models, ``model_dump``), and each check done once against doing it again.
@@ -40,8 +40,9 @@ from mediafleet.contract.manifest import Limits
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
 from mediafleet.workers.pdf import mupdf as mupdf_module
 from mediafleet.workers.pdf import textlayer
-from mediafleet.workers.pdf.mupdf import pymupdf, text_blocks
-from mediafleet.workers.reading_order import reading_order_indices
+from mediafleet.workers.pdf.mupdf import pymupdf, text_lines
+from mediafleet.workers import reading_order as reading_order_module
+from mediafleet.workers.reading_order import python_reading_order_indices, reading_order_indices
 
 from mediafleet import Dispatcher, Settings
 from tests.media import text_pdf
@@ -149,16 +150,28 @@ _KINDS = ["scattered", "grid", "two-columns", "form", "tall", "ties", "nested-co
           "overlapping"]
 
 
+@pytest.fixture(params=["c", "python"])
+def order_of(request: pytest.FixtureRequest) -> Any:
+    """Each form of the reading order: the C XY-cut (called directly, so that it cannot hand a
+    layout back to Python unseen) and the Python one."""
+    if request.param == "python":
+        return python_reading_order_indices
+    xycut = reading_order_module._xycut
+    if xycut is None:
+        pytest.skip("the C XY-cut is not built here (test_the_c_reader_is_built_where_a_compiler_was says why)")
+    return lambda boxes, overlap=0.3, min_column=0.1: xycut.order(list(boxes), overlap, min_column)
+
+
 @pytest.mark.parametrize("kind", range(len(_KINDS)), ids=_KINDS)
-def test_the_reading_order_is_the_plain_xy_cuts(kind: int) -> None:
+def test_the_reading_order_is_the_plain_xy_cuts(kind: int, order_of: Any) -> None:
     rnd = random.Random(kind)
     for _ in range(1500):
         boxes = _layout(rnd, kind)
-        assert reading_order_indices(list(boxes)) == _plain_xy_cut(boxes)
+        assert order_of(list(boxes)) == _plain_xy_cut(boxes)
 
 
 @pytest.mark.parametrize("kind", range(len(_KINDS)), ids=_KINDS)
-def test_small_regions_read_as_the_plain_xy_cuts(kind: int) -> None:
+def test_small_regions_read_as_the_plain_xy_cuts(kind: int, order_of: Any) -> None:
     """Two and three boxes (worked out without grouping), in every order they can come in, and
     under other overlap and column settings."""
     rnd = random.Random(100 + kind)
@@ -169,9 +182,9 @@ def test_small_regions_read_as_the_plain_xy_cuts(kind: int) -> None:
         for perm in ([0, 1], [1, 0], [0, 1, 2], [2, 1, 0], [1, 2, 0]):
             if len(perm) <= len(boxes):
                 some = [boxes[i] for i in perm]
-                assert reading_order_indices(list(some)) == _plain_xy_cut(some)
-                assert reading_order_indices(list(some), overlap=0.0, min_column=0.0) == _plain_xy_cut(some, 0.0, 0.0)
-        assert reading_order_indices(list(boxes), overlap=0.6, min_column=0.5) == _plain_xy_cut(boxes, 0.6, 0.5)
+                assert order_of(list(some)) == _plain_xy_cut(some)
+                assert order_of(list(some), overlap=0.0, min_column=0.0) == _plain_xy_cut(some, 0.0, 0.0)
+        assert order_of(list(boxes), overlap=0.6, min_column=0.5) == _plain_xy_cut(boxes, 0.6, 0.5)
 
 
 @pytest.fixture(scope="module")
@@ -291,13 +304,128 @@ def pdfs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return paths
 
 
-def test_the_text_blocks_are_get_texts(pdfs: list[Path]) -> None:
+def _dict_lines(page: Any, flags: int) -> list[tuple[str, float, float, float, float]]:
+    """Each line of ``page.get_text("dict")`` as the text layer takes it: its spans' text and its bbox."""
+    return [("".join(span["text"] for span in line["spans"]), *line["bbox"])
+            for block in page.get_text("dict", flags=flags)["blocks"] for line in block.get("lines", ())]
+
+
+def test_the_text_lines_are_get_texts(pdfs: list[Path]) -> None:
     assert mupdf_module._DIRECT  # the direct form is the one under test here
     for path in pdfs:
         with pymupdf.open(path) as doc:
             for page in doc:
                 flags = textlayer._TEXT_FLAGS
-                assert text_blocks(page, flags, page.rotation) == page.get_text("dict", flags=flags)["blocks"]
+                assert text_lines(page, flags, page.rotation) == _dict_lines(page, flags)
+
+
+def test_without_the_c_reader_the_lines_are_the_same(pdfs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the extension was not built, or declines a page, the dict is read: the same lines."""
+    flags = textlayer._TEXT_FLAGS
+    for fast in (False, True):
+        monkeypatch.setattr(mupdf_module, "FAST_LINES", fast)
+        monkeypatch.setattr(mupdf_module, "_stext", _Declines())
+        for path in pdfs:
+            with pymupdf.open(path) as doc:
+                for page in doc:
+                    assert text_lines(page, flags, page.rotation) == _dict_lines(page, flags)
+
+
+class _Declines:
+    """A C reader that declines every page (as the real one declines a vertical line)."""
+
+    MUPDF_VERSION = pymupdf.mupdf_version
+
+    @staticmethod
+    def lines(address: int) -> None:
+        assert address
+        return None
+
+
+def test_the_c_reader_is_built_where_a_compiler_was() -> None:
+    """The extensions are optional; where the install had a C compiler they must be there and in use."""
+    import shutil
+    import sysconfig
+
+    has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    if not (shutil.which("cc") or shutil.which("gcc")) or not has_headers:
+        pytest.skip("no C compiler or Python headers here: the package installs without the C reader")
+    assert mupdf_module._stext is not None, "installed with a C compiler, but workers/pdf/_stext.c was not built"
+    assert mupdf_module._stext.MUPDF_VERSION == pymupdf.mupdf_version
+    assert mupdf_module.FAST_LINES
+    assert reading_order_module._xycut is not None, "installed with a C compiler, but workers/_xycut.c was not built"
+    boxes = [(0.0, 0.0, 10.0, 5.0, 0), (20.0, 0.0, 30.0, 5.0, 1)]
+    assert reading_order_module._xycut.order(boxes, 0.3, 0.1) == reading_order_indices(boxes) == [0, 1]
+
+
+def test_boxes_do_not_depend_on_pymupdfs_quad_corrections(many_pdfs: list[Path]) -> None:
+    """A character's box is MuPDF's own quad: the module turns PyMuPDF's corrections off (as
+    PyMuPDF 2 does when it imports pymupdf4llm, an older one not), and the C reader never uses them."""
+    assert pymupdf.TOOLS.unset_quad_corrections() is True
+    flags = textlayer._TEXT_FLAGS
+    try:
+        pymupdf.TOOLS.unset_quad_corrections(False)  # as on an install without pymupdf4llm
+        for path in many_pdfs:
+            with pymupdf.open(path) as doc:
+                for i in _pages(doc):
+                    page = doc.load_page(i)
+                    corrected = _dict_lines(page, flags)
+                    pymupdf.TOOLS.unset_quad_corrections(True)
+                    plain = _dict_lines(page, flags)
+                    if mupdf_module.FAST_LINES and page.rotation == 0:
+                        assert text_lines(page, flags, 0) == plain, (path.name, i)
+                    pymupdf.TOOLS.unset_quad_corrections(False)
+                    # Same text either way; the boxes differ only where a font's ascender and
+                    # descender span less than an em (TeX's fonts among them).
+                    assert [line[0] for line in corrected] == [line[0] for line in plain]
+    finally:
+        pymupdf.TOOLS.unset_quad_corrections(True)
+
+
+def _vertical_pdf() -> bytes:
+    """A line of CJK text written vertically (the font's CMap turned to its -V form)."""
+    doc = pymupdf.open()
+    doc.new_page().insert_text((300, 100), "縦書きの文", fontname="china-t", fontsize=14)
+    made = pymupdf.open(stream=doc.tobytes(), filetype="pdf")
+    fonts = [x for x in range(1, made.xref_length()) if made.xref_get_key(x, "Subtype") == ("name", "/Type0")]
+    made.xref_set_key(fonts[0], "Encoding", "/UniCNS-UTF16-V")
+    return made.tobytes()
+
+
+def test_the_c_reader_declines_a_vertical_line_and_the_dict_reads_it() -> None:
+    """PyMuPDF stretches a vertical line's character boxes; the C reader leaves such a page to it."""
+    if not mupdf_module.FAST_LINES:
+        pytest.skip("the C reader is not built here (test_the_c_reader_is_built_where_a_compiler_was says why)")
+    flags = textlayer._TEXT_FLAGS
+    with pymupdf.open(stream=_vertical_pdf(), filetype="pdf") as doc:
+        page = doc[0]
+        textpage = pymupdf.mupdf.FzStextPage(
+            mupdf_module._extra.page_get_textpage(page.this, None, flags, mupdf_module._UNIT))
+        assert any(line.m_internal.wmode for block in textpage for line in block)
+        assert mupdf_module._stext.lines(textpage.m_internal_value()) is None
+        lines = text_lines(page, flags, 0)
+        assert lines == _dict_lines(page, flags) and len(lines) >= 4
+        # Each character of a vertical line is at least its font size high (PyMuPDF's rule).
+        assert all(y1 - y0 >= 14 - 1e-3 for _, _, y0, _, y1 in lines)
+
+
+def test_the_c_reader_reads_what_the_dict_reads(many_pdfs: list[Path]) -> None:
+    """Every page of every made and real PDF: the C reader's lines are the dict's, value for value."""
+    if not mupdf_module.FAST_LINES:
+        pytest.skip("the C reader is not built here (test_the_c_reader_is_built_where_a_compiler_was says why)")
+    flags = textlayer._TEXT_FLAGS
+    read = 0
+    for path in many_pdfs:
+        with pymupdf.open(path) as doc:
+            for page in doc:
+                if page.rotation:
+                    continue  # a rotated page is read through get_text
+                textpage = pymupdf.mupdf.FzStextPage(
+                    mupdf_module._extra.page_get_textpage(page.this, None, flags, mupdf_module._UNIT))
+                lines = mupdf_module._stext.lines(textpage.m_internal_value())
+                assert lines == _dict_lines(page, flags), (path.name, page.number)
+                read += len(lines)
+    assert read > 0
 
 
 def _same_model(made: Any, plain: Any) -> None:
@@ -520,7 +648,7 @@ def _pages(doc: Any) -> range:
     return range(min(doc.page_count, _PAGES_CHECKED))
 
 
-def test_every_page_reads_in_the_plain_xy_cuts_order(many_pdfs: list[Path]) -> None:
+def test_every_page_reads_in_the_plain_xy_cuts_order(many_pdfs: list[Path], order_of: Any) -> None:
     """Every page of every real and made PDF (and the first of the benchmark's): its lines'
     boxes, as the text layer hands them to the reading order, in the plain XY-cut's order."""
     from benchmarks.bench_pdf import make_pdf
@@ -533,7 +661,7 @@ def test_every_page_reads_in_the_plain_xy_cuts_order(many_pdfs: list[Path]) -> N
         with doc:
             for page in doc:
                 rects = textlayer._lines(page, page.rect, page.rotation)[1]
-                assert reading_order_indices(list(rects)) == _plain_xy_cut(rects), (doc.name, page.number)
+                assert order_of(list(rects)) == _plain_xy_cut(rects), (doc.name, page.number)
                 pages += 1
     assert pages >= 24
 
@@ -551,7 +679,7 @@ def test_a_lean_document_reads_as_the_plain_one(many_pdfs: list[Path]) -> None:
             for i in _pages(plain):
                 a, b = lean.load_page(i), plain.load_page(i)
                 assert (a.rect, a.rotation) == (b.rect, b.rotation), (path.name, i)
-                assert text_blocks(a, flags, a.rotation) == b.get_text("dict", flags=flags)["blocks"], (path.name, i)
+                assert text_lines(a, flags, a.rotation) == _dict_lines(b, flags), (path.name, i)
         finally:
             lean.close()
             plain.close()
@@ -674,3 +802,17 @@ def test_what_is_made_once_per_process_is_what_each_job_made() -> None:
         except Exception:
             want = None
         assert extractor._satisfies(installed, spec) is want
+
+
+def test_the_c_xy_cut_leaves_what_it_cannot_compare_as_python_does_to_python() -> None:
+    """A NaN (whose comparisons Python orders by position) or integer coordinates: the C form
+    declines, and reading_order_indices gives the Python form's order."""
+    xycut = reading_order_module._xycut
+    if xycut is None:
+        pytest.skip("the C XY-cut is not built here (test_the_c_reader_is_built_where_a_compiler_was says why)")
+    nan = float("nan")
+    for boxes in ([(0.0, 0.0, 10.0, 5.0, 0), (nan, 0.0, 30.0, 5.0, 1), (5.0, 9.0, 8.0, 12.0, 2)],
+                  [(0, 0, 10, 5, 0), (20, 0, 30, 5, 1), (5, 9, 8, 12, 2)]):
+        assert xycut.order(list(boxes), 0.3, 0.1) is None
+        assert reading_order_indices(list(boxes)) == python_reading_order_indices(list(boxes))
+    assert xycut.order([], 0.3, 0.1) == reading_order_indices([]) == []

@@ -1,9 +1,15 @@
-"""Import PyMuPDF the way a worker wants it: quiet, and without the layout analyzer.
+"""Import PyMuPDF the way a worker wants it: quiet, without the layout analyzer, and with one rule
+for character boxes; and read a page's text lines.
 
 PyMuPDF 2.0 imports ``pymupdf.layout`` (an ONNX layout model) when it is installed; the fleet
 never uses it and it costs ~0.2 s and ~50 MB per process, so it is kept out of ``sys.modules``.
 MuPDF's own messages would otherwise go to stdout (and corrupt ``--json`` output): they are
 routed to Python logging instead.
+
+A character's box is MuPDF's own quad. PyMuPDF can recompute it from the font's ascender and
+descender ("quad corrections"); PyMuPDF 2.0 turns that off when it imports ``pymupdf4llm``, and an
+older PyMuPDF without it leaves it on, so the same PDF would give other boxes on another install.
+It is turned off here, for the process (the state PyMuPDF 2.0 leaves every process in).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["open_document", "pymupdf", "text_blocks"]
+__all__ = ["open_document", "pymupdf", "text_lines"]
 
 
 def _load() -> ModuleType:
@@ -24,6 +30,7 @@ def _load() -> ModuleType:
     mod.set_messages(pylogging=True, pylogging_name="mediafleet.mupdf")
     mod.TOOLS.mupdf_display_errors(False)
     mod.TOOLS.mupdf_display_warnings(False)
+    mod.TOOLS.unset_quad_corrections(True)
     return mod
 
 
@@ -37,22 +44,49 @@ _extra: Any = getattr(pymupdf, "_extra", None)
 _DIRECT = _extra is not None and all(hasattr(_extra, n) for n in ("page_get_textpage", "JM_make_textpage_dict"))
 _UNIT = pymupdf.Matrix(1, 1)
 
+# The C reader of a text page's lines (workers/pdf/_stext.c): the same lines as the dict, at about a
+# fifteenth of its cost. It reads MuPDF's structs, so it is used only with the MuPDF whose headers
+# it was compiled against; where it was not built (no C compiler at install), the dict is read.
+try:
+    from mediafleet.workers.pdf import _stext  # type: ignore[attr-defined]
+except ImportError:
+    _stext = None
+FAST_LINES = _DIRECT and _stext is not None and getattr(_stext, "MUPDF_VERSION", None) == pymupdf.mupdf_version
 
-def text_blocks(page: Any, flags: int, rotation: int) -> list[dict[str, Any]]:
-    """``page.get_text("dict", flags=flags)["blocks"]``; ``rotation`` is the page's.
+Line = tuple[str, float, float, float, float]
 
-    An unrotated page's text page is made and read as ``get_text`` makes and reads it, without
-    its wrapper; a rotated one (which ``get_text`` unrotates for the extraction) goes through
-    ``get_text`` itself, as does every page of a PyMuPDF without those functions.
-    ``tests/test_pdf_speed_paths.py`` checks both give the same blocks.
+
+def text_lines(page: Any, flags: int, rotation: int) -> list[Line]:
+    """Each text line of ``page.get_text("dict", flags=flags)``: its spans' text joined and its
+    bbox, ``(text, x0, y0, x1, y1)``; ``rotation`` is the page's.
+
+    An unrotated page's text page is made as ``get_text`` makes it, without its wrapper, and read
+    by the C reader (:data:`FAST_LINES`), or, where that is not built or declines the page (a
+    vertical line), through the dict; a rotated one (which ``get_text`` unrotates for the
+    extraction) goes through ``get_text`` itself, as does every page of a PyMuPDF without those
+    functions. ``tests/test_pdf_speed_paths.py`` checks that all give the same lines.
     """
     if rotation != 0 or not _DIRECT:
-        return page.get_text("dict", flags=flags)["blocks"]
+        return _dict_lines(page.get_text("dict", flags=flags)["blocks"])
     # The text page is owned by its wrapper (freed with it), as get_textpage's own is.
     textpage = pymupdf.mupdf.FzStextPage(_extra.page_get_textpage(page.this, None, flags, _UNIT))
+    if FAST_LINES:
+        lines: list[Line] | None = _stext.lines(textpage.m_internal_value())
+        if lines is not None:
+            return lines
     out: dict[str, Any] = {}
     _extra.JM_make_textpage_dict(textpage.m_internal, out, False)
-    return out["blocks"]
+    return _dict_lines(out["blocks"])
+
+
+def _dict_lines(blocks: list[dict[str, Any]]) -> list[Line]:
+    lines: list[Line] = []
+    for block in blocks:
+        for line in block.get("lines", ()):
+            spans = line["spans"]
+            text = spans[0]["text"] if len(spans) == 1 else "".join([span["text"] for span in spans])
+            lines.append((text, *line["bbox"]))
+    return lines
 
 
 class _Document(pymupdf.Document):  # type: ignore[misc]

@@ -31,7 +31,7 @@ from mediafleet.contract.errors import ErrorCode, InputRejected, LimitExceeded
 from mediafleet.contract.manifest import Limits
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
 from mediafleet.workers.pdf.classify import text_layer_reason
-from mediafleet.workers.pdf.mupdf import open_document, pymupdf, text_blocks
+from mediafleet.workers.pdf.mupdf import open_document, pymupdf, text_lines
 from mediafleet.workers.pdf.spec import SPEC
 from mediafleet.workers.reading_order import reading_order_indices
 from mediafleet.workers.sink import BlobSink
@@ -108,37 +108,33 @@ def _lines(page: Any, rect: Any, rotation: int) -> tuple[list[TextBox], list[_Re
     area = 0.0
     new, box_type = object.__new__, TextBox
     add_line, add_rect, add_text = lines.append, rects.append, texts.append
-    for block in text_blocks(page, _TEXT_FLAGS, rotation):
-        for line in block.get("lines", ()):
-            spans = line["spans"]
-            text = spans[0]["text"] if len(spans) == 1 else "".join([span["text"] for span in spans])
-            if _SOFT_HYPHEN in text:
-                text = _soft_hyphens(text)
-            if not text or text.isspace():
-                continue
-            x0, y0, x1, y1 = line["bbox"]
-            # Rotations are quarter turns, so the turned box's corners are two opposite corners.
-            px, py = a * x0 + c * y0 + e, b * x0 + d * y0 + f
-            qx, qy = a * x1 + c * y1 + e, b * x1 + d * y1 + f
-            # max(min(px, qx), 0.0), min(max(px, qx), width) and the same for y, inlined.
-            low, high = (qx, px) if qx < px else (px, qx)
-            left = 0.0 if 0.0 > low else low
-            right = width if width < high else high
-            low, high = (qy, py) if qy < py else (py, qy)
-            top = 0.0 if 0.0 > low else low
-            bottom = height if height < high else high
-            if not (right > left and bottom > top):  # NaN fails too
-                continue
-            w, h = right - left, bottom - top
-            area += w * h
-            add_rect((left, top, left + w, top + h, len(lines)))
-            box = new(box_type)
-            set_dict(box, {"text": text, "x": left, "y": top, "width": w, "height": h, "confidence": None})
-            set_fields_set(box, _BOX_FIELDS)
-            set_extra(box, None)
-            set_private(box, None)
-            add_line(box)
-            add_text(text)
+    for text, x0, y0, x1, y1 in text_lines(page, _TEXT_FLAGS, rotation):
+        if _SOFT_HYPHEN in text:
+            text = _soft_hyphens(text)
+        if not text or text.isspace():
+            continue
+        # Rotations are quarter turns, so the turned box's corners are two opposite corners.
+        px, py = a * x0 + c * y0 + e, b * x0 + d * y0 + f
+        qx, qy = a * x1 + c * y1 + e, b * x1 + d * y1 + f
+        # max(min(px, qx), 0.0), min(max(px, qx), width) and the same for y, inlined.
+        low, high = (qx, px) if qx < px else (px, qx)
+        left = 0.0 if 0.0 > low else low
+        right = width if width < high else high
+        low, high = (qy, py) if qy < py else (py, qy)
+        top = 0.0 if 0.0 > low else low
+        bottom = height if height < high else high
+        if not (right > left and bottom > top):  # NaN fails too
+            continue
+        w, h = right - left, bottom - top
+        area += w * h
+        add_rect((left, top, left + w, top + h, len(lines)))
+        box = new(box_type)
+        set_dict(box, {"text": text, "x": left, "y": top, "width": w, "height": h, "confidence": None})
+        set_fields_set(box, _BOX_FIELDS)
+        set_extra(box, None)
+        set_private(box, None)
+        add_line(box)
+        add_text(text)
     return lines, rects, texts, area
 
 

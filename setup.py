@@ -1,0 +1,39 @@
+"""The two compiled parts, both optional; everything else is in pyproject.toml.
+
+* ``workers/pdf/_stext.c``: the PDF text layer's reader of MuPDF's text lines. It reads MuPDF's
+  structs, so it is compiled against the headers that PyMuPDF's wheel ships
+  (``pymupdf/mupdf-devel/include``; PyMuPDF is a build requirement for that).
+* ``workers/_xycut.c``: the XY-cut reading order. Its arithmetic must round as Python's does, so
+  nothing is contracted into fused multiply-adds.
+
+Without a C compiler or Python's headers (or PyMuPDF's, for the first), the package installs
+without them, and the same results come from the Python forms (README: PDF, speed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+
+def _mupdf_include() -> Path | None:
+    spec = importlib.util.find_spec("pymupdf")
+    if spec is None or spec.origin is None:
+        return None
+    include = Path(spec.origin).parent / "mupdf-devel" / "include"
+    return include if (include / "mupdf" / "fitz.h").is_file() else None
+
+
+def _extensions() -> list[Extension]:
+    built = [Extension("mediafleet.workers._xycut", ["workers/_xycut.c"], extra_compile_args=["-ffp-contract=off"],
+                       optional=True)]
+    include = _mupdf_include()
+    if include is not None:
+        built.append(Extension("mediafleet.workers.pdf._stext", ["workers/pdf/_stext.c"], include_dirs=[str(include)],
+                               optional=True))
+    return built
+
+
+setup(ext_modules=_extensions())
