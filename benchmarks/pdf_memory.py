@@ -101,22 +101,21 @@ def _in_process(path: Path, tmp: Path) -> dict[str, dict[str, float]]:
 def _on_fleet(paths: dict[int, Path], tmp: Path) -> dict[str, Any]:
     """On one solo worker, for each PDF in turn: the waiting CLI on a new job (``--out DIR
     --jsonl``: the bundle written from the job's ranges' outcomes one at a time), then the same
-    command on the finished job (the first range's report went with the join, so it reads the
-    joined outcome and writes the bundle held whole, as every waiting CLI did before): the two
-    peaks, and whether they wrote the same bytes."""
+    command on the finished job (written from the ranges too): the two peaks, and whether they
+    wrote the same bytes."""
     by_pages: dict[str, Any] = {}
     with fleet(specs=[(["--pool=solo"], {})]) as env:
         pids = worker_pids()
         at_start = max(peak_mb(pid) for pid in pids)
         for n, path in paths.items():
             runs = {}
-            for name in ("streamed", "held"):
+            for name in ("streamed", "finished"):
                 out = tmp / f"fleet-{name}-{path.stem}"
                 peak, seconds, cpu = _child(_CLI, ["extract", str(path), "--broker", env["MEDIAFLEET_BROKER_URL"],
                                                    "--out", str(out), "--jsonl", "--timeout", "3600"], _env(env))
                 runs[name] = {"peak_mb": round(peak, 1), "seconds": round(seconds, 2), "cpu_s": round(cpu, 2)}
-            same = _same_files(tmp / f"fleet-streamed-{path.stem}", tmp / f"fleet-held-{path.stem}")
-            by_pages[str(n)] = {"waiting_cli_streamed": runs["streamed"], "waiting_cli_held": runs["held"],
+            same = _same_files(tmp / f"fleet-streamed-{path.stem}", tmp / f"fleet-finished-{path.stem}")
+            by_pages[str(n)] = {"waiting_cli_streamed": runs["streamed"], "waiting_cli_finished": runs["finished"],
                                 "identical_files": same,
                                 "worker_peak_mb_so_far": round(max(peak_mb(pid) for pid in pids), 1)}
         worker = max(peak_mb(pid) for pid in pids)
@@ -124,7 +123,7 @@ def _on_fleet(paths: dict[int, Path], tmp: Path) -> dict[str, Any]:
     return {"pages": next(iter(paths)), "worker_peak_mb": first["worker_peak_mb_so_far"],
             "worker_peak_mb_at_start": round(at_start, 1), "worker_peak_mb_all": round(worker, 1),
             "waiting_cli_peak_mb": first["waiting_cli_streamed"]["peak_mb"],
-            "waiting_cli_held_peak_mb": first["waiting_cli_held"]["peak_mb"],
+            "waiting_cli_finished_peak_mb": first["waiting_cli_finished"]["peak_mb"],
             "seconds": first["waiting_cli_streamed"]["seconds"], "range_pages": 32, "by_pages": by_pages}
 
 
@@ -181,8 +180,8 @@ def main() -> None:
         for n, g in f["by_pages"].items():
             print(f"fleet, {int(n):,} pages in ranges of {f['range_pages']} on one solo worker: the joining worker "
                   f"peaks at {g['worker_peak_mb_so_far']:,.0f} MB ({f['worker_peak_mb_at_start']:,.0f} MB at start); "
-                  f"the waiting CLI (--out --jsonl) at {g['waiting_cli_streamed']['peak_mb']:,.0f} MB written from "
-                  f"the ranges, {g['waiting_cli_held']['peak_mb']:,.0f} MB held whole "
+                  f"the waiting CLI (--out --jsonl) at {g['waiting_cli_streamed']['peak_mb']:,.0f} MB on the new job, "
+                  f"{g['waiting_cli_finished']['peak_mb']:,.0f} MB on the finished one "
                   f"(files {'identical' if g['identical_files'] else 'DIFFERENT'})")
     print(json.dumps(figures, indent=2))
     if "fleet" in figures:

@@ -206,10 +206,12 @@ class FleetJob(Job):
         ``claims``) written to ``lines_to`` in ``form`` and its PROV as Turtle to ``turtle_to``
         from its ranges' outcomes, read one at a time, its joined outcome never read
         (:func:`mediafleet.workers.pdf.stream.write_joined_bundle`): what was written comes back.
-        Any other job, or one whose ranges' outcomes cannot all be read as they were joined (the
-        first range's report was not seen while waiting, a range's record is gone or fails its
-        checks), gives its bundle held whole, with ``claims``, as :meth:`bundle` does, for the
-        caller to write; nothing is left under either name then.
+        The first range's outcome is the one the job's own task reported into the record, which
+        the finished record keeps (so a job that finished before this wait began is written the
+        same way). Any other job, or one whose ranges' outcomes cannot all be read as they were
+        joined (a range's record is gone or fails its checks, a record finished before its own
+        range's report was kept), gives its bundle held whole, with ``claims``, as :meth:`bundle`
+        does, for the caller to write; nothing is left under either name then.
 
         Raises:
             TimedOut: the job did not finish within ``timeout``.
@@ -419,9 +421,9 @@ class FleetJob(Job):
 
 class _Ranges:
     """A split job's ranges' outcomes, read as its join read them, one at a time: the first range's
-    from what the job's own task reported into the record (kept by the waiter: the finished record
-    drops it), each further range's from its part's own record (the same outcome its part reported
-    into the job). Validated as this job's or this part's, its signature checked with signing on,
+    from what the job's own task reported into the record (kept by the waiter as it saw it, or by
+    the finished record), each further range's from its part's own record (the same outcome its
+    part reported into the job). Validated as this job's or this part's, its signature checked with signing on,
     a blob re-hashed. No ranges (``spans`` empty) when the first range's report was not kept for
     this submission, or a part is not a page range."""
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol
 
 from mediafleet.contract.errors import ErrorCode, MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, Progress
@@ -242,7 +243,7 @@ return {attempts, state, parts}
 # submission token, then ARGV[9] (what a woken waiter of that submission takes the outcome from,
 # :meth:`JobStore.noticed`), ARGV[8] '1' to write nothing to a record cancelled meanwhile (returns
 # -1: the writer finishes it cancelled), ARGV[9] the fields below as :func:`_notice` writes them,
-# ARGV[10..] field/value pairs. Writes a
+# ARGV[10] the one part whose report stays ('' for none), ARGV[11..] field/value pairs. Writes a
 # final outcome once: a record that holds an outcome (inline, or by reference) is never
 # overwritten, and a delivery that no longer owns the record (a newer one started since) writes
 # nothing. Returns 1 when written.
@@ -253,10 +254,10 @@ if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[2] then return 0 end
 if ARGV[3] ~= '' and (redis.call('HGET', KEYS[1], 'hostname') or '') ~= ARGV[3] then return 0 end
 if ARGV[8] == '1' and redis.call('HGET', KEYS[1], 'state') == 'cancelled' then return -1 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 10))
+redis.call('HSET', KEYS[1], unpack(ARGV, 11))
 if ARGV[5] == '1' then redis.call('HINCRBY', KEYS[1], 'completions', 1) end
 for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
-  if string.sub(name, 1, 5) == 'part:' then redis.call('HDEL', KEYS[1], name) end
+  if string.sub(name, 1, 5) == 'part:' and name ~= 'part:' .. ARGV[10] then redis.call('HDEL', KEYS[1], name) end
 end
 redis.call('SREM', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'keep_s') or ARGV[6]))
@@ -390,6 +391,26 @@ def _load_outcome(blobs: BlobStore | None, digest: str, size: str | None) -> Out
     if str(len(data)) != size:
         raise IntegrityError("the stored outcome does not have the size its record names")
     return Outcome.model_validate_json(data)
+
+
+class StreamedOutcome(Protocol):
+    """An outcome too large to hold that writes its own JSON (a split PDF's join:
+    :class:`mediafleet.workers.pdf.split.JoinedPages`). :meth:`JobStore.finish` stores it by
+    reference, written straight into the blob store; ``outcome()`` makes it whole."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> PublicError | None: ...
+    def write_json(self, out: BinaryIO) -> None: ...
+    def outcome(self) -> Outcome: ...
+
+
+def whole(outcome: Outcome | StreamedOutcome) -> Outcome:
+    """The outcome itself, a streamed one made whole."""
+    return outcome if isinstance(outcome, Outcome) else outcome.outcome()
 
 
 MessageFn = Callable[[ExtractRequest, str], "tuple[str, str] | None"]
@@ -1055,11 +1076,14 @@ class JobStore:
         _, state = pipe.execute()
         return JobState(state.decode()) if state else None
 
-    def finish(self, outcome: Outcome, *, delivery: int | None = None, seen_attempts: int | None = None,
-               hostname: str | None = None, announce: bool = False,
-               progress: tuple[int, int | None, str] | None = None, unless_cancelled: bool = False) -> bool:
+    def finish(self, outcome: Outcome | StreamedOutcome, *, delivery: int | None = None,
+               seen_attempts: int | None = None, hostname: str | None = None, announce: bool = False,
+               progress: tuple[int, int | None, str] | None = None, unless_cancelled: bool = False,
+               keep_part: str | None = None) -> bool:
         """Store the outcome and the final state, kept for the job's pickup window (the parts'
-        outcomes it was joined from are dropped); returns whether it was stored.
+        outcomes it was joined from are dropped, but ``keep_part``'s: a split job's own range, which
+        a later reader needs to write the job's bundle from its ranges, one at a time, as every
+        further range keeps its own record); returns whether it was stored.
 
         A record moves only forward: one that holds an outcome is never overwritten, so of two
         writers (a stale redelivery and the live one, two joiners) exactly one stores its outcome.
@@ -1092,19 +1116,33 @@ class JobStore:
         written = self._finish(keys=[self.key(outcome.job_id), _STARTED, finished_channel(outcome.job_id)], args=[
             "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",
             outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, "1" if announce else "0",
-            "1" if unless_cancelled else "0", _notice(flat) if announce else "", *flat])
+            "1" if unless_cancelled else "0", _notice(flat) if announce else "", keep_part or "", *flat])
         if int(written) < 0:
             from mediafleet.contract.errors import Cancelled
 
             raise Cancelled("the job was cancelled")
         return bool(written)
 
-    def _outcome_fields(self, outcome: Outcome) -> dict[str, str]:
+    def _outcome_fields(self, outcome: Outcome | StreamedOutcome) -> dict[str, str]:
         """The record's outcome fields: the JSON inline, or, past the inline limit, a reference to
         it in the blob store (stored first: a write that loses the race below leaves only an
-        unreferenced blob, which gc removes); with the signature when signing is on."""
-        text = outcome.model_dump_json()
+        unreferenced blob, which gc removes); with the signature when signing is on. A streamed
+        outcome is written into the blob store as it writes itself, never held."""
         fields: dict[str, str]
+        if not isinstance(outcome, Outcome):
+            if self._blobs is None:
+                outcome = outcome.outcome()
+            else:
+                with tempfile.TemporaryFile() as spool:
+                    outcome.write_json(spool)  # type: ignore[arg-type]
+                    spool.seek(0)
+                    digest, size, _ = self._blobs.put_stream(spool)  # type: ignore[arg-type]
+                fields = {"outcome_ref": digest, "outcome_bytes": str(size)}
+                signed = _signed_text(outcome.job_id, fields)
+                if self._signer is not None and signed is not None:
+                    fields["outcome_sig"] = self._signer.sign(signed)
+                return fields
+        text = outcome.model_dump_json()
         if self._blobs is None or (len(text) <= self._inline_max_bytes and len(text.encode()) <= self._inline_max_bytes):
             fields = {"outcome": text}
         else:

@@ -9,8 +9,10 @@ process is killed is delivered again alone.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -19,10 +21,10 @@ from mediafleet import Dispatcher, Settings
 from mediafleet.adapters.bundle import build_bundle
 from mediafleet.blobstore import LocalBlobStore
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode
-from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, PartOf, Span
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf, Span
 from mediafleet.contract.manifest import Modality, default_manifest
 from mediafleet.workers import parts
-from mediafleet.workers.pdf.split import page_count, ranges
+from mediafleet.workers.pdf.split import JoinedPages, page_count, ranges
 from mediafleet.workers.runner import run_request
 from tests.helpers import wait_for, without_run
 from tests.media import marked_pdf, text_pdf
@@ -86,6 +88,24 @@ def test_a_pdf_longer_than_the_parts_size_is_planned_as_ranges(tmp_path: Path) -
     assert parts.plan(request, whole.capability("ocr_pdf"), whole, {"pages": 10}) == (request, {})
 
 
+class _Loads(Mapping[str, Any]):
+    """Reports as the job store's record gives them: each read (here, counted) when asked."""
+
+    def __init__(self, reported: dict[str, Any]) -> None:
+        self._reported = reported
+        self.reads: dict[str, int] = dict.fromkeys(reported, 0)
+
+    def __getitem__(self, name: str) -> Any:
+        self.reads[name] += 1
+        return self._reported[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reported)
+
+    def __len__(self) -> int:
+        return len(self._reported)
+
+
 def test_the_ranges_joined_give_the_bundle_one_run_gives(tmp_path: Path) -> None:
     manifest = default_manifest().narrow(json.loads(split_manifest(tmp_path).read_text()))
     capability = manifest.capability("ocr_pdf")
@@ -96,10 +116,21 @@ def test_the_ranges_joined_give_the_bundle_one_run_gives(tmp_path: Path) -> None
     reported = {"pdf": run_request(own, manifest=manifest, store=store)}
     reported.update({n: run_request(p, manifest=manifest, store=store) for n, p in reversed(planned.items())})
     assert [len(o.result.pages) for o in reported.values()] == [4, 2, 4]
-    joined = parts.join(request, reported, capability, manifest)
-    assert joined.status == "ok" and joined.job_id == request.job_id
+    loads = _Loads(reported)
+    streamed = parts.join(request, loads, capability, manifest)
+    assert isinstance(streamed, JoinedPages) and streamed.status == "ok" and streamed.job_id == request.job_id
+    before = dict(loads.reads)
+    joined = streamed.outcome()
+    # Each range is read again only as the joined pages are made, once (the own range is held).
+    assert {name: loads.reads[name] - before[name] for name in loads.reads} == {"pdf": 0, "pages:5-8": 1,
+                                                                                "pages:9-10": 1}
     assert joined.result == whole.result and joined.checks == whole.checks
     assert without_run(build_bundle(joined, capability)) == without_run(build_bundle(whole, capability))
+    # Written range by range, it is the joined outcome's JSON byte for byte.
+    out = io.BytesIO()
+    streamed.write_json(out)
+    assert out.getvalue() == joined.model_dump_json().encode()
+    assert Outcome.model_validate_json(out.getvalue()) == joined
 
     failed = run_request(planned["pages:9-10"].model_copy(update={"span": Span(first=30, last=31)}),
                          manifest=manifest, store=store)

@@ -3,11 +3,12 @@
 Through a real redis-server and a real worker process: ``mediafleet extract FILE --out DIR`` (and
 ``--jsonl``) with the broker set writes, from the job's ranges' outcomes one at a time, byte for
 byte the files the held-whole path writes from the joined outcome (the same command run again on
-the finished job: the first range's report went with the join, so that run reads the joined
-outcome and writes the bundle held whole); it never reads the joined outcome (its blob moved away
-before the files are written, the files are still written); and it falls back to the held-whole
-path, with the same files and exit status, for a job that is not split, a range whose record is
-gone or whose outcome's blob was altered, and a job that failed.
+the finished job with the ranges refused, so that run reads the joined outcome and writes the
+bundle held whole); run again on the finished job as it is, it writes from the ranges too (the
+finished record keeps the first range's report); it never reads the joined outcome (its blob moved
+away before the files are written, the files are still written); and it falls back to the
+held-whole path, with the same files and exit status, for a job that is not split, a range whose
+record is gone or whose outcome's blob was altered, and a job that failed.
 
 The CLI runs as a fresh process through a wrapper that only watches
 :func:`mediafleet.workers.pdf.stream.write_joined_bundle` (whether the files came from the ranges)
@@ -37,6 +38,9 @@ real = stream.write_joined_bundle
 
 
 def spy(ranges, *args, **kwargs):
+    if os.environ.get("MF_TEST_HOLD"):  # the ranges refused: the held-whole path, for the reference
+        print("mf-test: held whole", file=sys.stderr)
+        return None
     jobs = ranges._jobs
     record = jobs.get(ranges._job_id)
     root = Path(os.environ["MEDIAFLEET_BLOB_ROOT"])
@@ -88,10 +92,11 @@ def split_fleet(fleet_env, start_worker, tmp_path: Path) -> dict[str, str]:  # t
 
 def run_both(env: dict[str, str], pdf: Path, tmp_path: Path, form: tuple[str, ...], **spoil: str
              ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
-    """The waiting CLI on a new job, then again on the finished job (the held-whole path)."""
+    """The waiting CLI on a new job, then again on the finished job with the ranges refused (the
+    held-whole path)."""
     claimed = ("--media-type", "application/pdf")  # claims recorded on the bundle, as a caller makes them
     first = cli(env, str(pdf), "--out", str(tmp_path / f"first-{pdf.stem}"), *form, *claimed, **spoil)
-    held = cli(env, str(pdf), "--out", str(tmp_path / f"held-{pdf.stem}"), *form, *claimed)
+    held = cli(env, str(pdf), "--out", str(tmp_path / f"held-{pdf.stem}"), *form, *claimed, MF_TEST_HOLD="1")
     assert "mf-test: from the ranges: True" not in held.stderr, held.stderr  # the joined outcome, read whole
     return first, held
 
@@ -112,6 +117,23 @@ def test_the_waiting_cli_writes_a_split_jobs_files_from_its_ranges_as_the_held_p
 
 
 @pytest.mark.integration
+def test_on_a_finished_split_job_the_waiting_cli_writes_from_its_ranges_too(split_fleet, tmp_path: Path) -> None:
+    """A resubmission of a job that finished: its record kept the first range's report, so the
+    files come from the ranges again, the same bytes, the joined outcome unread."""
+    pdf = tmp_path / "again.pdf"
+    pdf.write_bytes(raw_pdf(13, lines=6, salt="again"))
+    claimed = ("--media-type", "application/pdf")
+    first = cli(split_fleet, str(pdf), "--out", str(tmp_path / "first"), "--jsonl", *claimed)
+    aside = tmp_path / "joined-outcome"
+    again = cli(split_fleet, str(pdf), "--out", str(tmp_path / "again"), "--jsonl", *claimed,
+                MF_TEST_HIDE_JOINED=str(aside))
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    assert "mf-test: from the ranges: True" in again.stderr, again.stderr
+    assert aside.is_file() and first.stdout == again.stdout
+    assert files(tmp_path / "first") == files(tmp_path / "again")
+
+
+@pytest.mark.integration
 def test_the_streamed_path_never_reads_the_joined_outcome(split_fleet, tmp_path: Path) -> None:
     pdf = tmp_path / "hidden.pdf"
     pdf.write_bytes(raw_pdf(13, lines=6, salt="hidden"))
@@ -128,7 +150,7 @@ def test_the_streamed_path_never_reads_the_joined_outcome(split_fleet, tmp_path:
     target = LocalBlobStore(Path(split_fleet["MEDIAFLEET_BLOB_ROOT"]))._path(digest)
     assert not target.exists()
     aside.rename(target)
-    held = cli(split_fleet, str(pdf), "--out", str(tmp_path / "held"), "--jsonl", *claimed)
+    held = cli(split_fleet, str(pdf), "--out", str(tmp_path / "held"), "--jsonl", *claimed, MF_TEST_HOLD="1")
     assert held.returncode == 0 and "mf-test: from the ranges: True" not in held.stderr, held.stderr
     assert streamed.stdout == held.stdout
     assert files(tmp_path / "streamed") == files(tmp_path / "held")

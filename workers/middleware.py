@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +35,7 @@ from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
-from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.jobstore import MAX_DELIVERIES, JobRecord, JobStore
 from mediafleet.workers.parts import decides, join, own_part
 from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.spec import ProgressFn
@@ -283,22 +283,45 @@ def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> 
             FinishedNotice()]
 
 
-def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Outcome | None:
+class _Reports(Mapping[str, "Outcome | None"]):
+    """The reports a job's record holds, by part name, each read from the record when asked and
+    not kept (a split PDF's join reads its ranges one at a time)."""
+
+    def __init__(self, record: JobRecord, names: list[str]) -> None:
+        self._record = record
+        self._names = names
+
+    def __getitem__(self, name: str) -> Outcome | None:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._record.part(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Any:
     """Write the caller's outcome joined from the parts its record holds (the last reporter's work);
-    returns it (None when there was nothing to join). A job that failed cancels its parts still
+    returns it (None when there was nothing to join): an :class:`Outcome`, or a split PDF's
+    :class:`~mediafleet.workers.pdf.split.JoinedPages`, written into the blob store range by range. A job that failed cancels its parts still
     running (their work is not wanted)."""
     record = jobs.get(job_id)
     if record is None or record.final or not record.parts:
         return None
     request = record.request
     capability = manifest.capability(request.action)
-    reported = {own_part(capability): record.part(own_part(capability))}
-    reported.update({name: record.part(name) for name in record.parts})
-    if not any(reported.values()):
+    reported = _Reports(record, [own_part(capability), *record.parts])
+    if not any(record.reported(name) for name in reported):
         return None
     outcome = join(request, reported, capability, manifest)
-    # Two joiners may both get here (the waiter joins for a joiner it thinks lost): one writes.
-    if not jobs.finish(outcome):
+    # Two joiners may both get here (the waiter joins for a joiner it thinks lost): one writes. A
+    # split job keeps its own range's report (each further range keeps its part's record), so a
+    # waiter that comes later still writes the bundle from the ranges (FleetJob.write).
+    split = any(part.split is not None for part in capability.parts.values())
+    if not jobs.finish(outcome, keep_part=own_part(capability) if split and outcome.status == "ok" else None):
         return None
     if outcome.status != "ok":
         for name, part in record.parts.items():

@@ -26,7 +26,7 @@ and runs with its own capability's engine, limits, time limits and device classe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -235,9 +235,35 @@ def decides(capability: Capability, name: str, outcome: Outcome) -> bool:
     return kind_of(capability, name).decides(outcome)
 
 
+class _Named(Mapping[str, "Outcome | None"]):
+    """The reports of one declared part (``pages`` -> ``pages:33-64``, ...), read from ``reported``
+    when asked: a view, so a mapping that loads each report on demand is not read whole here."""
+
+    def __init__(self, reported: Mapping[str, Outcome | None], part: str) -> None:
+        self._reported = reported
+        self._names = [n for n in reported if n.partition(":")[0] == part]
+
+    def __getitem__(self, name: str) -> Outcome | None:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._reported[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 def join(request: ExtractRequest, reported: Mapping[str, Outcome | None], capability: Capability,
-         manifest: Manifest) -> Outcome:
+         manifest: Manifest) -> Any:
     """The caller's outcome from its parts' (by name; None: never reported, e.g. lost).
+
+    ``reported`` may read each report when asked (:func:`mediafleet.workers.middleware.join_parts`
+    passes the record's, so a long split document's ranges are never all in memory), and the
+    result is an :class:`Outcome`, or a kind's outcome written as it is read (a split PDF's
+    :class:`mediafleet.workers.pdf.split.JoinedPages`: ``job_id``, ``status``, ``error``, and
+    ``outcome()`` for the whole).
 
     A failed own task, or a part whose failure decides the job, is the job's failure (under the
     job's id). Otherwise each declared part joins its outcomes into the own task's, and the joined
@@ -255,13 +281,13 @@ def join(request: ExtractRequest, reported: Mapping[str, Outcome | None], capabi
         return own
     outcome, reverify = own, False
     for name in capability.parts:
-        mine = {n: o for n, o in reported.items() if n.partition(":")[0] == name}
+        mine = _Named(reported, name)
         kind = kind_of(capability, name)
         outcome = kind.join(outcome, mine, manifest)
         if outcome.status != "ok":
             return outcome
         reverify = reverify or (bool(mine) and kind.reverify)
-    if not reverify or outcome.result is None:
+    if not reverify or not isinstance(outcome, Outcome) or outcome.result is None:
         return outcome
     checks = dict(outcome.checks)
     try:

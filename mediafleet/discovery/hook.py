@@ -14,14 +14,13 @@ and a failure to index is logged, never a failed job.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from mediafleet.discovery.index import open_index, parse_index_url
 from mediafleet.discovery.units import Scope
 
 if TYPE_CHECKING:
-    from mediafleet.contract.jobs import Outcome
     from mediafleet.contract.manifest import Manifest
 
 __all__ = ["index_finished", "parse_index_setting"]
@@ -43,10 +42,15 @@ def parse_index_setting(value: str) -> tuple[str, Scope]:
     return url, Scope(fields["workspace"], fields.get("subject", "default"))
 
 
-def index_finished(setting: str | None, outcome: Outcome, manifest: Manifest) -> None:
-    """Index the evidence of a finished job's outcome (an ``ok`` one; others hold none)."""
+def index_finished(setting: str | None, outcome: Any, manifest: Manifest) -> None:
+    """Index the evidence of a finished job's outcome (an ``ok`` one; others hold none). A joined
+    outcome written as it is read (a split PDF's) is made whole here: an index holds it all."""
     if setting is None or outcome.status != "ok":
         return
+    from mediafleet.contract.jobs import Outcome
+
+    if not isinstance(outcome, Outcome):
+        outcome = outcome.outcome()
     from mediafleet.adapters.bundle import build_bundle
 
     try:

@@ -7,23 +7,29 @@ read exactly as the whole run reads those pages (the extractor's ``page_span``),
 ranges in page order gives the result one run gives, and the same ids: the pages, the page count,
 the producer (the OCR engine's models named when any range OCR'd a page, as one run names them
 when any page was), the checks all ranges passed.
+
+The joined outcome is never held whole by the joiner: :meth:`PagesPart.join` reads each range's
+report for what the join needs of it (a few fields) and gives a :class:`JoinedPages`, which the
+job store writes straight into the blob store, one range's pages at a time. So the worker that
+reports last holds one range and the joined outcome's head, however long the document (a range
+of 32 pages, not a 1,800-page result).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
-from mediafleet.contract.pdf import PdfResult
+from mediafleet.contract.pdf import PdfPage, PdfResult
 
-__all__ = ["PAGES", "PagesPart", "page_count", "ranges"]
+__all__ = ["PAGES", "JoinedPages", "PagesPart", "page_count", "ranges"]
 
 
 def page_count(source: Path | BinaryIO) -> int | None:
@@ -92,35 +98,114 @@ class PagesPart:
     def inline(self, result: BaseModel, path: Path, part: Part | None, manifest: Manifest) -> BaseModel:
         return result  # in-process the job reads every page itself
 
-    def join(self, outcome: Outcome, reported: Mapping[str, Outcome | None], manifest: Manifest) -> Outcome:
-        """The own task's range, then every part's, in page order, as one result."""
+    def join(self, outcome: Outcome, reported: Mapping[str, Outcome | None],
+             manifest: Manifest) -> Outcome | JoinedPages:
+        """The own task's range, then every part's, in page order, as one result.
+
+        ``reported`` may load each report when asked (the job store's record does): each is read
+        once here, for its head, and again, one at a time, when the joined outcome is written.
+        """
         if not reported:
             return outcome
-        if any(o is None for o in reported.values()):
-            error = PublicError(code=ErrorCode.WORKER_LOST, retryable=True,
-                                message="a page range of the job did not report")
-            return outcome.model_copy(update={"status": "failed", "result": None, "error": error})
-        outcomes = [outcome, *sorted((o for o in reported.values() if o is not None), key=_first_page)]
-        results = [o.result for o in outcomes]
-        if not all(isinstance(r, PdfResult) for r in results):
-            return outcome
-        pdfs: list[PdfResult] = results  # type: ignore[assignment]
-        producer = next((r.producer for r in pdfs if r.producer.models), pdfs[0].producer)
-        names = dict.fromkeys(name for o in outcomes for name in o.checks)
-        checks = {name: all(o.checks.get(name, False) for o in outcomes) for name in names}
-        joined = pdfs[0].model_copy(update={"pages": [p for r in pdfs for p in r.pages], "producer": producer})
-        return outcome.model_copy(update={
-            "result": joined, "checks": checks,
+        names = sorted(reported, key=_span_first)
+        heads: list[Outcome] = []
+        for name in names:
+            report = reported[name]
+            if report is None:
+                error = PublicError(code=ErrorCode.WORKER_LOST, retryable=True,
+                                    message="a page range of the job did not report")
+                return outcome.model_copy(update={"status": "failed", "result": None, "error": error})
+            if not isinstance(report.result, PdfResult) or not isinstance(outcome.result, PdfResult):
+                return outcome
+            # The range's head: its pages dropped (they are read again when the join is written).
+            heads.append(report.model_copy(update={"result": report.result.model_copy(update={"pages": []})}))
+            del report
+        outcomes = [outcome, *heads]
+        producer = next((o.result.producer for o in outcomes if o.result.producer.models),  # type: ignore[union-attr]
+                        outcome.result.producer)
+        checks_of = dict.fromkeys(name for o in outcomes for name in o.checks)
+        checks = {name: all(o.checks.get(name, False) for o in outcomes) for name in checks_of}
+        head = outcome.model_copy(update={
+            "result": outcome.result.model_copy(update={"pages": [], "producer": producer}), "checks": checks,
             "started_at": min(o.started_at for o in outcomes), "ended_at": max(o.ended_at for o in outcomes),
         })
+        loaders = [_pages_of(reported, name) for name in names]
+        return JoinedPages(head, [outcome.result.pages, *loaders])
 
     def decides(self, outcome: Outcome) -> bool:
         return outcome.status != "ok"  # a range that failed is the job's failure, as in one run
 
 
-def _first_page(outcome: Outcome) -> int:
-    pages = getattr(outcome.result, "pages", None)
-    return pages[0].page if pages else 0
+def _span_first(name: str) -> int:
+    """The first page of a range part's name (``pages:33-64`` -> 33)."""
+    return int(name.partition(":")[2].partition("-")[0])
+
+
+def _pages_of(reported: Mapping[str, Outcome | None], name: str) -> Callable[[], list[PdfPage]]:
+    def pages() -> list[PdfPage]:
+        report = reported[name]
+        if report is None or not isinstance(report.result, PdfResult):
+            raise RuntimeError(f"the report of {name} is no longer readable")
+        return report.result.pages
+
+    return pages
+
+
+_PAGES_JSON = TypeAdapter(list[PdfPage])
+_EMPTY_PAGES = b'"pages":[]'
+
+
+class JoinedPages:
+    """A split PDF job's joined outcome, written range by range (:meth:`write_json`), never held.
+
+    It stands for the :class:`Outcome` one run gives (:meth:`outcome` makes that, for a caller that
+    needs it whole: a discovery index): ``head`` is that outcome with no pages, and ``pages`` gives
+    the pages in order, each entry a list, or a callable reading one range's pages when asked.
+    """
+
+    def __init__(self, head: Outcome, pages: list[list[PdfPage] | Callable[[], list[PdfPage]]]) -> None:
+        self.head = head
+        self._pages = pages
+
+    @property
+    def job_id(self) -> str:
+        return self.head.job_id
+
+    @property
+    def action(self) -> str:
+        return self.head.action
+
+    @property
+    def status(self) -> str:
+        return self.head.status
+
+    @property
+    def error(self) -> PublicError | None:
+        return self.head.error
+
+    def _each(self) -> Iterator[list[PdfPage]]:
+        for entry in self._pages:
+            yield entry() if callable(entry) else entry
+
+    def write_json(self, out: BinaryIO) -> None:
+        """The outcome's JSON (``Outcome.model_dump_json()`` of :meth:`outcome`, byte for byte),
+        one range's pages in memory at a time."""
+        text = self.head.model_dump_json().encode()
+        at = text.index(_EMPTY_PAGES, text.index(b'"result":'))  # the result's own pages, its second key
+        out.write(text[: at + len(_EMPTY_PAGES) - 1])
+        first = True
+        for pages in self._each():
+            if pages:
+                if not first:
+                    out.write(b",")
+                out.write(_PAGES_JSON.dump_json(pages)[1:-1])
+                first = False
+        out.write(text[at + len(_EMPTY_PAGES) - 1:])
+
+    def outcome(self) -> Outcome:
+        """The joined outcome, whole."""
+        pages = [page for range_pages in self._each() for page in range_pages]
+        return self.head.model_copy(update={"result": self.head.result.model_copy(update={"pages": pages})})
 
 
 PAGES = PagesPart()
