@@ -843,6 +843,18 @@ class JobStore:
         return JobRecord(job_id, fields, forged, None if alive < 0 else bool(alive), self._blobs, self._signer,
                          brief=brief), ended
 
+    def read_part(self, job_id: str, name: str) -> Outcome | None:
+        """The outcome part ``name`` reported into the job's record, read alone (not the other
+        parts' reports: a long document's ranges report tens of megabytes there) and checked as
+        :meth:`JobRecord.part` checks it; None while it has not reported (or the record is gone)."""
+        raw, request = self.client.hmget(self.key(job_id), ["part:" + name, "request"])
+        if raw is None:
+            return None
+        fields = {"part:" + name: _text(raw)}
+        if request is not None:
+            fields["request"] = _text(request)
+        return JobRecord(job_id, fields, blobs=self._blobs, signer=self._signer).part(name)
+
     def brief(self, job_id: str) -> JobRecord | None:
         """The job's record without its inline outcome or its parts' reports (its state,
         progress, request; :attr:`JobRecord.outcome` and :meth:`JobRecord.part` refuse): what a

@@ -35,7 +35,7 @@ from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
-from mediafleet.jobstore import MAX_DELIVERIES, JobRecord, JobStore
+from mediafleet.jobstore import MAX_DELIVERIES, JobStore
 from mediafleet.workers.parts import decides, join, own_part
 from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.spec import ProgressFn
@@ -284,17 +284,17 @@ def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> 
 
 
 class _Reports(Mapping[str, "Outcome | None"]):
-    """The reports a job's record holds, by part name, each read from the record when asked and
+    """The reports a job's record holds, by part name, each read from Redis alone when asked and
     not kept (a split PDF's join reads its ranges one at a time)."""
 
-    def __init__(self, record: JobRecord, names: list[str]) -> None:
-        self._record = record
+    def __init__(self, jobs: JobStore, job_id: str, names: list[str]) -> None:
+        self._jobs, self._job_id = jobs, job_id
         self._names = names
 
     def __getitem__(self, name: str) -> Outcome | None:
         if name not in self._names:
             raise KeyError(name)
-        return self._record.part(name)
+        return self._jobs.read_part(self._job_id, name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -308,12 +308,12 @@ def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Any:
     returns it (None when there was nothing to join): an :class:`Outcome`, or a split PDF's
     :class:`~mediafleet.workers.pdf.split.JoinedPages`, written into the blob store range by range. A job that failed cancels its parts still
     running (their work is not wanted)."""
-    record = jobs.get(job_id)
+    record = jobs.look(job_id, brief=True)[0]  # which parts reported, not what (read one at a time)
     if record is None or record.final or not record.parts:
         return None
     request = record.request
     capability = manifest.capability(request.action)
-    reported = _Reports(record, [own_part(capability), *record.parts])
+    reported = _Reports(jobs, job_id, [own_part(capability), *record.parts])
     if not any(record.reported(name) for name in reported):
         return None
     outcome = join(request, reported, capability, manifest)
