@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,9 +28,10 @@ from pydantic import BaseModel, TypeAdapter
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
+from mediafleet.contract.common import Producer
 from mediafleet.contract.pdf import PdfPage, PdfResult
 
-__all__ = ["PAGES", "JoinedPages", "PagesPart", "page_count", "ranges"]
+__all__ = ["PAGES", "JoinHead", "JoinedPages", "PagesPart", "page_count", "ranges"]
 
 
 def page_count(source: Path | BinaryIO) -> int | None:
@@ -58,6 +60,47 @@ def page_count(source: Path | BinaryIO) -> int | None:
 def ranges(pages: int, size: int) -> list[Span]:
     """Pages 1..``pages`` in ranges of ``size`` (the last one shorter)."""
     return [Span(first=first, last=min(first + size - 1, pages)) for first in range(1, pages + 1, size)]
+
+
+class JoinHead:
+    """The values a split job's join takes from its ranges' outcomes, added in page order (the
+    job's own range first): the earliest start, the latest end, each check passed only when every
+    range passed it, and the first producer that names OCR models (else the first range's).
+
+    The one rule for :meth:`PagesPart.join` and the bundle written from the ranges
+    (:mod:`mediafleet.workers.pdf.stream`). It keeps a few values, never a range's outcome: a join
+    of many ranges keeps no objects made while reading each (which would pin the memory that
+    range's pages took).
+    """
+
+    def __init__(self) -> None:
+        self.ranges = 0
+        self._passed: dict[str, bool] = {}
+        self._seen: dict[str, int] = {}
+        self.producer: Producer | None = None
+        self.started_at: datetime | None = None
+        self.ended_at: datetime | None = None
+
+    def add(self, outcome: Outcome) -> None:
+        self.ranges += 1
+        for name, ok in outcome.checks.items():
+            if name in self._passed:
+                self._passed[name] = self._passed[name] and ok
+                self._seen[name] += 1
+            else:
+                self._passed[name] = ok
+                self._seen[name] = 1
+        producer = getattr(outcome.result, "producer", None)
+        if producer is not None and (self.producer is None or (producer.models and not self.producer.models)):
+            self.producer = producer
+        if self.started_at is None or outcome.started_at < self.started_at:
+            self.started_at = outcome.started_at
+        if self.ended_at is None or outcome.ended_at > self.ended_at:
+            self.ended_at = outcome.ended_at
+
+    @property
+    def checks(self) -> dict[str, bool]:
+        return {name: ok and self._seen[name] == self.ranges for name, ok in self._passed.items()}
 
 
 class PagesPart:
@@ -108,7 +151,8 @@ class PagesPart:
         if not reported:
             return outcome
         names = sorted(reported, key=_span_first)
-        heads: list[Outcome] = []
+        joining = JoinHead()
+        joining.add(outcome)
         for name in names:
             report = reported[name]
             if report is None:
@@ -117,17 +161,11 @@ class PagesPart:
                 return outcome.model_copy(update={"status": "failed", "result": None, "error": error})
             if not isinstance(report.result, PdfResult) or not isinstance(outcome.result, PdfResult):
                 return outcome
-            # The range's head: its pages dropped (they are read again when the join is written).
-            heads.append(report.model_copy(update={"result": report.result.model_copy(update={"pages": []})}))
-            del report
-        outcomes = [outcome, *heads]
-        producer = next((o.result.producer for o in outcomes if o.result.producer.models),  # type: ignore[union-attr]
-                        outcome.result.producer)
-        checks_of = dict.fromkeys(name for o in outcomes for name in o.checks)
-        checks = {name: all(o.checks.get(name, False) for o in outcomes) for name in checks_of}
+            joining.add(report)
+            del report  # nothing of it is kept but what the join's values took
         head = outcome.model_copy(update={
-            "result": outcome.result.model_copy(update={"pages": [], "producer": producer}), "checks": checks,
-            "started_at": min(o.started_at for o in outcomes), "ended_at": max(o.ended_at for o in outcomes),
+            "result": outcome.result.model_copy(update={"pages": [], "producer": joining.producer}),
+            "checks": joining.checks, "started_at": joining.started_at, "ended_at": joining.ended_at,
         })
         loaders = [_pages_of(reported, name) for name in names]
         return JoinedPages(head, [outcome.result.pages, *loaders])

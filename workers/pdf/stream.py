@@ -71,7 +71,7 @@ from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Modality
 from mediafleet.contract.pdf import PdfPage, PdfResult
 from mediafleet.report.text import summary_lines
-from mediafleet.workers.pdf.split import page_count, ranges
+from mediafleet.workers.pdf.split import JoinHead, page_count, ranges
 from mediafleet.workers.registry import for_modality
 from mediafleet.workers.runner import run_request
 from mediafleet.workers.spec import ProgressFn
@@ -235,18 +235,10 @@ class _Run:
         self.texts: list[str] = []
         self.words = 0
         self.page_count = 0
-        self.ranges = 0
-        self.seen: dict[str, int] = {}
 
     def range_read(self, outcome: Outcome) -> None:
-        self.ranges += 1
         for name, ok in outcome.checks.items():
             self.checks[name] = self.checks.get(name, True) and ok
-            self.seen[name] = self.seen.get(name, 0) + 1
-
-    def joined_checks(self) -> dict[str, bool]:
-        """The checks as ``PagesPart.join`` joins them: each passed only if every range passed it."""
-        return {name: ok and self.seen[name] == self.ranges for name, ok in self.checks.items()}
 
 
 def write_pdf_bundle(
@@ -427,12 +419,13 @@ def _stream(source: _Source, capability: Capability, pinned: Producer | None, cl
     started = ended = None
     head: Outcome | None = None
     write = _FORMS_OF[form](out.file)
+    joining = JoinHead()  # a join's values, as PagesPart.join takes them
     for span in source.spans:
         shown = _shifted(progress, span.first - 1, source.total)
         outcome = source.read(span, shown)
         if source.joins:  # the join's: the earliest start, the latest end
-            started = outcome.started_at if started is None else min(started, outcome.started_at)
-            ended = outcome.ended_at if ended is None else max(ended, outcome.ended_at)
+            joining.add(outcome)
+            started, ended = joining.started_at, joining.ended_at
         else:
             started = started or outcome.started_at
         if outcome.status != "ok" or not isinstance(outcome.result, PdfResult):
@@ -456,7 +449,8 @@ def _stream(source: _Source, capability: Capability, pinned: Producer | None, cl
             write.head(forms.bundle)
             for node in forms.before:
                 write.node(node)
-        run.range_read(outcome)
+        if not source.joins:
+            run.range_read(outcome)
         drafts = to_loci(result, outcome.artifact.digest)
         if source.joins:  # as build_bundle checks the joined result's loci
             try:
@@ -475,7 +469,7 @@ def _stream(source: _Source, capability: Capability, pinned: Producer | None, cl
     assert forms is not None and started is not None and ended is not None and head is not None
     if source.joins:  # the first range's outcome, as PagesPart.join keeps it, with the join's values
         final = head.model_copy(update={
-            "result": _stand_in(producer, run.page_count), "checks": run.joined_checks(),  # type: ignore[arg-type]
+            "result": _stand_in(producer, run.page_count), "checks": joining.checks,  # type: ignore[arg-type]
             "started_at": started, "ended_at": ended,
         })
     else:
