@@ -36,7 +36,7 @@ from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
-from mediafleet.workers.parts import decides, join, own_part
+from mediafleet.workers.parts import decides, join, own_part, report_head
 from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.spec import ProgressFn
 
@@ -285,16 +285,25 @@ def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> 
 
 class _Reports(Mapping[str, "Outcome | None"]):
     """The reports a job's record holds, by part name, each read from Redis alone when asked and
-    not kept (a split PDF's join reads its ranges one at a time)."""
+    not kept (a split PDF's join reads its ranges one at a time), but for its head (the report
+    without its pages: :func:`~mediafleet.workers.parts.report_head`), kept for the join's values."""
 
     def __init__(self, jobs: JobStore, job_id: str, names: list[str]) -> None:
         self._jobs, self._job_id = jobs, job_id
         self._names = names
+        self._heads: dict[str, Outcome | None] = {}
 
     def __getitem__(self, name: str) -> Outcome | None:
         if name not in self._names:
             raise KeyError(name)
-        return self._jobs.read_part(self._job_id, name)
+        outcome = self._jobs.read_part(self._job_id, name)
+        self._heads[name] = None if outcome is None else report_head(outcome)
+        return outcome
+
+    def head(self, name: str) -> Outcome | None:
+        if name not in self._heads:
+            self[name]  # noqa: B018 - read, for its head
+        return self._heads[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)

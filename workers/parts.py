@@ -40,8 +40,8 @@ from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.results import OPTIONS_BY_MODALITY
 
-__all__ = ["PartKind", "Planned", "decides", "join", "join_inline", "kind_of", "narrow", "options_for", "own_part",
-           "part_capabilities", "plan", "probe", "verify_result", "within_manifest"]
+__all__ = ["PartKind", "Planned", "decides", "head_of", "join", "join_inline", "kind_of", "narrow", "options_for", "own_part",
+           "part_capabilities", "plan", "probe", "report_head", "verify_result", "within_manifest"]
 
 Planned = tuple[ExtractRequest, dict[str, ExtractRequest]]
 """The job's own request (a split's first range) and its parts' requests by part name."""
@@ -235,6 +235,25 @@ def decides(capability: Capability, name: str, outcome: Outcome) -> bool:
     return kind_of(capability, name).decides(outcome)
 
 
+def report_head(outcome: Outcome) -> Outcome:
+    """A report without its result's pages (a split PDF's range): what a join reads of it before
+    it reads the pages themselves; any other report as it is."""
+    pages = getattr(outcome.result, "pages", None)
+    if not pages:
+        return outcome
+    return outcome.model_copy(update={"result": outcome.result.model_copy(update={"pages": []})})  # type: ignore[union-attr]
+
+
+def head_of(reported: Mapping[str, Outcome | None], name: str) -> Outcome | None:
+    """``reported[name]``'s head (:func:`report_head`), from the mapping's own heads where it keeps
+    them (the job store's record: each report then is read whole only when its pages are wanted)."""
+    head = getattr(reported, "head", None)
+    if head is not None:
+        return head(name)  # type: ignore[no-any-return]
+    outcome = reported[name]
+    return None if outcome is None else report_head(outcome)
+
+
 class _Named(Mapping[str, "Outcome | None"]):
     """The reports of one declared part (``pages`` -> ``pages:33-64``, ...), read from ``reported``
     when asked: a view, so a mapping that loads each report on demand is not read whole here."""
@@ -247,6 +266,11 @@ class _Named(Mapping[str, "Outcome | None"]):
         if name not in self._names:
             raise KeyError(name)
         return self._reported[name]
+
+    def head(self, name: str) -> Outcome | None:
+        if name not in self._names:
+            raise KeyError(name)
+        return head_of(self._reported, name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -270,7 +294,8 @@ def join(request: ExtractRequest, reported: Mapping[str, Outcome | None], capabi
     result is checked again like any extractor's (declared kinds, every locus inside the artifact).
     """
     own = reported.get(own_part(capability))
-    for name, outcome in reported.items():
+    for name in reported:
+        outcome = head_of(reported, name)
         if name != own_part(capability) and outcome is not None and decides(capability, name, outcome):
             error = outcome.error or PublicError(code=ErrorCode.INTERNAL_ERROR, message="a part of the job failed")
             return Outcome.failed(request, error, datetime.now(UTC))

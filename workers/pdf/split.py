@@ -153,8 +153,10 @@ class PagesPart:
         names = sorted(reported, key=_span_first)
         joining = JoinHead()
         joining.add(outcome)
+        from mediafleet.workers.parts import head_of
+
         for name in names:
-            report = reported[name]
+            report = head_of(reported, name)  # its pages are read when the join is written
             if report is None:
                 error = PublicError(code=ErrorCode.WORKER_LOST, retryable=True,
                                     message="a page range of the job did not report")
