@@ -816,3 +816,41 @@ def test_the_c_xy_cut_leaves_what_it_cannot_compare_as_python_does_to_python() -
         assert xycut.order(list(boxes), 0.3, 0.1) is None
         assert reading_order_indices(list(boxes)) == python_reading_order_indices(list(boxes))
     assert xycut.order([], 0.3, 0.1) == reading_order_indices([]) == []
+
+
+def test_the_c_forms_keep_no_memory_once_they_return(pdfs: list[Path]) -> None:
+    """Each call's tuples, strings and scratch are the caller's or freed: thousands of calls leave
+    the traced memory where one call left it (a leak of one object a call would show as ~100 kB)."""
+    import tracemalloc
+
+    xycut, stext = reading_order_module._xycut, mupdf_module._stext
+    if xycut is None or not mupdf_module.FAST_LINES:
+        pytest.skip("the C forms are not built here (test_the_c_reader_is_built_where_a_compiler_was says why)")
+    rnd = random.Random(7)
+    layouts = [_layout(rnd, kind % len(_KINDS)) for kind in range(60)]
+    with pymupdf.open(pdfs[0]) as doc:
+        page = doc[0]
+        textpage = pymupdf.mupdf.FzStextPage(
+            mupdf_module._extra.page_get_textpage(page.this, None, textlayer._TEXT_FLAGS, mupdf_module._UNIT))
+        address = textpage.m_internal_value()
+
+        def calls() -> None:
+            for boxes in layouts:
+                assert xycut.order(boxes, 0.3, 0.1) is not None
+            for _ in range(60):
+                assert stext.lines(address)
+
+        calls()
+        gc.collect()
+        tracemalloc.start()
+        try:
+            calls()
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(40):
+                calls()
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert grown < 4096, grown
