@@ -393,6 +393,12 @@ def _load_outcome(blobs: BlobStore | None, digest: str, size: str | None) -> Out
     return Outcome.model_validate_json(data)
 
 
+class ReportsGone(RuntimeError):
+    """A streamed outcome's sources (its parts' reports) went from the record while it was being
+    written: another writer finished the record first (finishing drops the reports in the same
+    step), so this write is the one that loses, and :meth:`JobStore.finish` stores nothing."""
+
+
 class StreamedOutcome(Protocol):
     """An outcome too large to hold that writes its own JSON (a split PDF's join:
     :class:`mediafleet.workers.pdf.split.JoinedPages`). :meth:`JobStore.finish` stores it by
@@ -1116,8 +1122,12 @@ class JobStore:
         """
         cancelled = outcome.error is not None and outcome.error.code == ErrorCode.CANCELLED
         state = JobState.DONE if outcome.status == "ok" else JobState.CANCELLED if cancelled else JobState.FAILED
+        try:
+            stored = self._outcome_fields(outcome)
+        except ReportsGone:
+            return False  # another writer finished the record while this one wrote its outcome
         fields = {
-            "state": state.value, **self._outcome_fields(outcome), "updated_at": str(time.time()),
+            "state": state.value, **stored, "updated_at": str(time.time()),
             "error_code": outcome.error.code.value if outcome.error else "",
             "retryable": "1" if outcome.error and outcome.error.retryable else "0",
         }

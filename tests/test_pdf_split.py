@@ -265,3 +265,30 @@ def test_a_waiter_never_takes_a_queued_range_for_lost_when_another_task_ended(jo
     waiter = FleetJob(_Ended({own.job_id}), jobs, capability, own, manifest)
     assert waiter._settle(own.job_id) is None  # the own task ended; the range is still to run
     assert jobs.get(part.job_id).state == JobState.QUEUED and not jobs.get(own.job_id).final
+
+
+@pytest.mark.integration
+def test_of_two_joiners_one_writes_the_joined_outcome_and_the_other_stores_nothing(jobs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A waiter that joins for a joiner it thought lost races the joiner: the joined outcome is
+    written range by range, so the one that finishes second finds the ranges' reports gone (the
+    first finish dropped them) and stores nothing, without an error, as it would have lost the
+    finishing write itself."""
+    from mediafleet.jobstore import JobStore
+    from mediafleet.workers.middleware import _Reports, join_parts
+
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    store = JobStore(jobs.client, 3600, blobs=blobs, inline_max_bytes=512)
+    own, part, _ = started_split(store, blobs, text_pdf(40, lines=3))
+    manifest = default_manifest()
+    capability = manifest.capability("ocr_pdf")
+    assert store.report_part(own.job_id, "pdf", run_request(own, manifest=manifest, store=blobs)) == 1
+    assert store.report_part(own.job_id, "pages:33-40", run_request(part, manifest=manifest, store=blobs)) == 0
+    second = parts.join(own, _Reports(store, own.job_id, ["pdf", "pages:33-40"]), capability, manifest)
+    assert isinstance(second, JoinedPages)  # its head read; its pages wait until it is written
+    first = join_parts(store, own.job_id, manifest)
+    assert isinstance(first, JoinedPages)
+    assert store.finish(second) is False
+    record = store.get(own.job_id)
+    assert record.state == JobState.DONE and record.outcome.job_id == own.job_id
+    assert [page.page for page in record.outcome.result.pages] == list(range(1, 41))
+    assert record.reported("pdf") and not record.reported("pages:33-40")  # the first range's report kept

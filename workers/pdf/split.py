@@ -185,7 +185,9 @@ def _pages_of(reported: Mapping[str, Outcome | None], name: str) -> Callable[[],
     def pages() -> list[PdfPage]:
         report = reported[name]
         if report is None or not isinstance(report.result, PdfResult):
-            raise RuntimeError(f"the report of {name} is no longer readable")
+            from mediafleet.jobstore import ReportsGone
+
+            raise ReportsGone(f"the report of {name} went while the joined outcome was written")
         return report.result.pages
 
     return pages
