@@ -28,7 +28,7 @@ from tests.conftest import ROOT
 
 _PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 _PACKAGE_DIRS: dict[str, str] = _PYPROJECT["tool"]["setuptools"]["package-dir"]
-_SOURCES = ("pyproject.toml", "README.md", *sorted(set(_PACKAGE_DIRS.values())))
+_SOURCES = ("pyproject.toml", "setup.py", "README.md", *sorted(set(_PACKAGE_DIRS.values())))
 
 
 def _folder(package: str) -> Path:
@@ -111,7 +111,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in _SOURCES:
         path = ROOT / name
         if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            # Not the extensions an editable install built in place: the wheel builds its own.
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
         else:
             shutil.copy2(path, src / name)
     out = tmp_path_factory.mktemp("dist")
@@ -135,6 +136,21 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
         assert f"{package.replace('.', '/')}/__init__.py" in names, package
     assert {"mediafleet/contract/manifest.default.json", "mediafleet/contract/py.typed",
             "mediafleet/py.typed"} <= set(names)
+
+
+def test_the_wheel_carries_the_c_extensions_where_they_can_be_built(wheel: Path) -> None:
+    """The PDF path's two C extensions (setup.py) are compiled into the wheel wherever this
+    install could build them (it did, in place: tests/test_pdf_speed_paths.py checks that)."""
+    from mediafleet.workers import reading_order
+    from mediafleet.workers.pdf import mupdf
+
+    if reading_order._xycut is None or mupdf._stext is None:
+        pytest.skip("this install has no C extensions (no C compiler or headers when it was installed)")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    assert {f"mediafleet/workers/_xycut{suffix}", f"mediafleet/workers/pdf/_stext{suffix}"} <= set(names)
+    assert not any(n.endswith(".c") for n in names)  # the sources stay in the sdist
 
 
 @pytest.fixture(scope="module")
