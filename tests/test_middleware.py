@@ -382,3 +382,27 @@ def test_lost_node_recovery_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPa
     assert Settings.load().recover_lost_workers is True
     monkeypatch.setenv("MEDIAFLEET_RECOVER_LOST_WORKERS", "false")
     assert Settings.load().recover_lost_workers is False
+
+
+def test_the_soft_limit_wrapped_by_a_library_is_still_a_timeout(tmp_path: Path) -> None:
+    """The soft time limit can land while kombu encodes a progress point (the task's
+    ``update_state``), which wraps whatever it meets in an ``EncodeError``: the run is still a
+    retryable timeout, never an ``internal_error`` that a resubmission would be handed back."""
+    from billiard.exceptions import SoftTimeLimitExceeded
+    from kombu.exceptions import EncodeError
+    from kombu.serialization import _reraise_errors
+
+    blobs = LocalBlobStore(tmp_path / "blobs")
+
+    def limit_in_encoding(done: int, total: int | None) -> None:
+        with _reraise_errors(EncodeError):  # as kombu.serialization.dumps encodes
+            raise SoftTimeLimitExceeded()
+
+    timed_out = run_request(pdf_request(blobs), manifest=default_manifest(), store=blobs, progress=limit_in_encoding)
+    assert timed_out.status == "failed" and timed_out.error.code == ErrorCode.TIMEOUT and timed_out.error.retryable
+
+    def plain_encoding_error(done: int, total: int | None) -> None:
+        raise EncodeError("not serialisable")
+
+    other = run_request(pdf_request(blobs), manifest=default_manifest(), store=blobs, progress=plain_encoding_error)
+    assert other.status == "failed" and other.error.code == ErrorCode.INTERNAL_ERROR

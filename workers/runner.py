@@ -103,15 +103,7 @@ def run_request(
     except SoftTimeLimitExceeded:
         error, result = TimedOut(f"{request.action} ran past its time limit").public(), None
     except Exception as exc:
-        if isinstance(exc, IntegrityError) and exc.code == ErrorCode.DIGEST_MISMATCH:
-            checks["digest_recomputed"] = False
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            # A full disk (the blob store's or a scratch folder's) is the machine's fault, not the input's.
-            log.warning("job %s failed: no space left on a device", request.job_id)
-            exc = Unavailable("a disk the worker writes to is full; the job can be submitted again")
-        else:
-            log.warning("job %s failed: %s", request.job_id, type(exc).__name__, exc_info=not hasattr(exc, "code"))
-        error, result = to_public(exc), None
+        error, result = _failure(exc, request, checks), None
     return Outcome(
         job_id=request.job_id,
         action=request.action,
@@ -124,3 +116,33 @@ def run_request(
         ended_at=clock(),
         device=device,
     )
+
+
+def _failure(exc: Exception, request: ExtractRequest, checks: dict[str, bool]) -> PublicError:
+    """The public error of a run that raised ``exc`` (marking the digest check where it failed)."""
+    if _timed_out(exc):
+        # The soft limit landed inside a library that wraps whatever it meets (kombu encoding a
+        # progress point turns it into an EncodeError): a timeout still, nothing about the input.
+        return TimedOut(f"{request.action} ran past its time limit").public()
+    if isinstance(exc, IntegrityError) and exc.code == ErrorCode.DIGEST_MISMATCH:
+        checks["digest_recomputed"] = False
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        # A full disk (the blob store's or a scratch folder's) is the machine's fault, not the input's.
+        log.warning("job %s failed: no space left on a device", request.job_id)
+        return to_public(Unavailable("a disk the worker writes to is full; the job can be submitted again"))
+    log.warning("job %s failed: %s", request.job_id, type(exc).__name__, exc_info=not hasattr(exc, "code"))
+    return to_public(exc)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is the soft time limit under another name: raised from it, or while
+    handling it (its cause or context chain holds a SoftTimeLimitExceeded)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, SoftTimeLimitExceeded):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
