@@ -1151,26 +1151,24 @@ class JobStore:
         unreferenced blob, which gc removes); with the signature when signing is on. A streamed
         outcome is written into the blob store as it writes itself, never held."""
         fields: dict[str, str]
+        if not isinstance(outcome, Outcome) and self._blobs is None:
+            outcome = outcome.outcome()
         if not isinstance(outcome, Outcome):
-            if self._blobs is None:
-                outcome = outcome.outcome()
-            else:
-                with tempfile.TemporaryFile() as spool:
-                    outcome.write_json(spool)  # type: ignore[arg-type]
-                    spool.seek(0)
-                    digest, size, _ = self._blobs.put_stream(spool)  # type: ignore[arg-type]
-                fields = {"outcome_ref": digest, "outcome_bytes": str(size)}
-                signed = _signed_text(outcome.job_id, fields)
-                if self._signer is not None and signed is not None:
-                    fields["outcome_sig"] = self._signer.sign(signed)
-                return fields
-        text = outcome.model_dump_json()
-        if self._blobs is None or (len(text) <= self._inline_max_bytes and len(text.encode()) <= self._inline_max_bytes):
-            fields = {"outcome": text}
+            assert self._blobs is not None
+            with tempfile.TemporaryFile() as spool:
+                outcome.write_json(spool)  # type: ignore[arg-type]
+                spool.seek(0)
+                digest, size, _ = self._blobs.put_stream(spool)  # type: ignore[arg-type]
+            fields = {"outcome_ref": digest, "outcome_bytes": str(size)}
         else:
-            data = text.encode()
-            del text
-            fields = {"outcome_ref": self._blobs.put_bytes(data), "outcome_bytes": str(len(data))}
+            text = outcome.model_dump_json()
+            if self._blobs is None or (len(text) <= self._inline_max_bytes
+                                       and len(text.encode()) <= self._inline_max_bytes):
+                fields = {"outcome": text}
+            else:
+                data = text.encode()
+                del text
+                fields = {"outcome_ref": self._blobs.put_bytes(data), "outcome_bytes": str(len(data))}
         signed = _signed_text(outcome.job_id, fields)
         if self._signer is not None and signed is not None:
             fields["outcome_sig"] = self._signer.sign(signed)
