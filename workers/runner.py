@@ -100,9 +100,7 @@ def run_request(
             if inline_parts:
                 result = join_inline(result, path, manifest, capability)
         verify_result(result, request.artifact.digest, capability, checks)
-    except SoftTimeLimitExceeded:
-        error, result = TimedOut(f"{request.action} ran past its time limit").public(), None
-    except Exception as exc:
+    except Exception as exc:  # the soft time limit (a SoftTimeLimitExceeded) among them
         error, result = _failure(exc, request, checks), None
     return Outcome(
         job_id=request.job_id,
@@ -121,8 +119,8 @@ def run_request(
 def _failure(exc: Exception, request: ExtractRequest, checks: dict[str, bool]) -> PublicError:
     """The public error of a run that raised ``exc`` (marking the digest check where it failed)."""
     if _timed_out(exc):
-        # The soft limit landed inside a library that wraps whatever it meets (kombu encoding a
-        # progress point turns it into an EncodeError): a timeout still, nothing about the input.
+        # The soft limit, also where it landed inside a library that wraps whatever it meets (kombu
+        # encoding a progress point turns it into an EncodeError): a timeout, nothing about the input.
         return TimedOut(f"{request.action} ran past its time limit").public()
     if isinstance(exc, IntegrityError) and exc.code == ErrorCode.DIGEST_MISMATCH:
         checks["digest_recomputed"] = False
