@@ -315,8 +315,8 @@ class _Reports(Mapping[str, "Outcome | None"]):
 def join_parts(jobs: JobStore, job_id: str, manifest: Manifest) -> Any:
     """Write the caller's outcome joined from the parts its record holds (the last reporter's work);
     returns it (None when there was nothing to join): an :class:`Outcome`, or a split PDF's
-    :class:`~mediafleet.workers.pdf.split.JoinedPages`, written into the blob store range by range. A job that failed cancels its parts still
-    running (their work is not wanted)."""
+    :class:`~mediafleet.workers.pdf.split.JoinedPages`, written into the blob store range by range.
+    A job that failed cancels its parts still running (their work is not wanted)."""
     record = jobs.look(job_id, brief=True)[0]  # which parts reported, not what (read one at a time)
     if record is None or record.final or not record.parts:
         return None
