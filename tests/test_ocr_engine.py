@@ -323,6 +323,40 @@ def test_an_unsure_space_far_narrower_than_the_lines_usual_one_is_taken_out() ->
     assert with_spaces(sure, crop).text == "a b c d e"
 
 
+def test_a_lone_full_stop_between_a_name_and_small_letters_is_joined() -> None:
+    # "magic . mime": a monospaced dot's wide cell, spaced by the recogniser; "structure . At"
+    # ends a sentence (a capital follows) and keeps its spaces.
+    crop = _crop([(10, 20), (40, 44), (70, 80)])
+    joined = with_spaces(_line("a . b", [15, 30, 42, 58, 75]), crop)
+    assert joined.text == "a.b"
+    assert joined.spans == [(11, 19), (38, 46), (71, 79)]
+    assert with_spaces(_line("a . B", [15, 30, 42, 58, 75]), crop).text == "a . B"
+    assert with_spaces(_line("a . 3", [15, 30, 42, 58, 75]), crop).text == "a.3"
+
+
+def test_the_top_of_the_next_line_in_a_crop_does_not_hide_word_gaps() -> None:
+    # A 12 px gap against a 16 px x-height is a word gap (0.6 of it or more is). The same crop
+    # with the next line's letters showing along its bottom edge, rows apart from this line,
+    # spaces the same.
+    crop = _crop([(10, 20), (22, 32), (44, 54)], height=48)
+    assert with_spaces(_line("abc", [15, 27, 49]), crop).text == "ab c"
+    for x in (4, 35, 60):  # three letters of the next line, one under the gap
+        crop[42:48, x:x + 6] = 0
+    assert with_spaces(_line("abc", [15, 27, 49]), crop).text == "ab c"
+
+
+def test_lines_whose_boxes_overlap_a_third_are_read_top_first() -> None:
+    # The detector's box of the lower line reaches 11 px (0.31 of the upper line's height) into
+    # it and starts further left: compared whole, the two were one row, read left to right.
+    from mediafleet.workers.ocr.lines import _core
+    from mediafleet.workers.reading_order import reading_order
+
+    upper = OcrLine("see when changes to the program", 0.99, (196.0, 749.0, 1502.0, 785.0))
+    lower = OcrLine("use shows that it is possible", 0.99, (193.0, 774.0, 1504.0, 824.0))
+    assert reading_order([lower, upper], lambda line: line.box) == [lower, upper]
+    assert reading_order([lower, upper], _core) == [upper, lower]
+
+
 def test_an_identifier_of_capitals_takes_no_plural_s() -> None:
     assert capitals("ASN1_SUCCESs") == "ASN1_SUCCESS"
     assert capitals("PDFs") == "PDFs"
