@@ -10,12 +10,14 @@ page, so a busy moment on a shared machine falls on all of them. Everything runs
 (its own pipeline on the same pixels), which is what mediafleet improves on, and where mediafleet's
 time goes on each generated page (detector, line crops, recogniser, word spaces; measured again
 after the timed runs, so they do not slow them). Then real scanned
-pages: pages of real PDFs under ``/usr/share/doc`` (Debian packages' manuals, the largest first;
-the first pages of prose with at least ``REAL_MIN_WORDS`` words), rasterised the same way at run time, their
-own text layers the answer key (none found is said, not faked).
+pages: pages of real PDFs under ``/usr/share/doc`` (Debian packages' manuals, the gzipped ones
+decompressed at run time, the largest first; from each, the first ``real_per_pdf`` pages of prose
+with at least ``REAL_MIN_WORDS`` words, ``real_pages`` in all), rasterised the same way at run time,
+their own text layers the answer key (none found is said, not faked).
 
 Setup: installs Debian's ``tesseract-ocr`` when it is missing (needs root and apt).
-Run: ``.venv/bin/python benchmarks/bench_ocr.py [pages] [mixed_pages] [real_pages]``.
+Run: ``.venv/bin/python benchmarks/bench_ocr.py [pages] [mixed_pages] [real_pages] [real_per_pdf]``
+(defaults 3, 10, 14, 2: two pages of each of the seven manuals here).
 """
 
 from __future__ import annotations
@@ -97,10 +99,11 @@ def scans(pdf: bytes, which: set[int] | None, folder: Path) -> tuple[bytes, list
     return out.tobytes(garbage=3, deflate=True), pngs
 
 
-def real_pages(limit: int, per_pdf: int = 2) -> list[tuple[str, bytes, str]]:
-    """(label, one-page PDF, its text layer) for text-heavy pages of real PDFs, largest PDF first."""
+def real_pages(limit: int, per_pdf: int = 2, unpack_to: Path | None = None) -> list[tuple[str, bytes, str]]:
+    """(label, one-page PDF, its text layer) for text-heavy pages of real PDFs, largest PDF first;
+    with ``unpack_to``, the gzipped manuals too (decompressed there)."""
     out: list[tuple[str, bytes, str]] = []
-    for path in real_pdfs():
+    for path in real_pdfs(unpack_to=unpack_to):
         try:
             doc = pymupdf.open(path, filetype="pdf")
         except RuntimeError:  # an unreadable manual is skipped
@@ -140,7 +143,7 @@ def timed(fn):  # type: ignore[no-untyped-def]
     return time.perf_counter() - start, value
 
 
-def main(pages: int = 3, mixed_pages: int = 10, real: int = 4) -> None:
+def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: int = 2) -> None:
     tesseract = ensure_tesseract()
     configure(EngineConfig(device=DeviceClass.CPU, threads=1))
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-ocr-"))
@@ -189,7 +192,7 @@ def main(pages: int = 3, mixed_pages: int = 10, real: int = 4) -> None:
 
     # Real scanned pages: the two engines in turn, page by page.
     real_rows = []
-    for k, (label, one_page, reference) in enumerate(real_pages(real)):
+    for k, (label, one_page, reference) in enumerate(real_pages(real, real_per_pdf, unpack_to=tmp / "manuals")):
         scanned_one, (png,) = scans(one_page, None, tmp)
         one = tmp / f"real{k}.pdf"
         one.write_bytes(scanned_one)
@@ -296,5 +299,5 @@ def _subset(pdf: bytes, which: set[int]) -> bytes:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:4]]
+    args = [int(a) for a in sys.argv[1:5]]
     main(*args)

@@ -90,3 +90,14 @@ def test_the_recognisers_reading_stands_where_no_mark_is_found_or_it_is_too_smal
     assert with_quotes(_line(tiny, "\u2019"), tiny).text == "a\u2019"
     low = _crop([(r, 25, 27) for r in range(20, 29)])  # on the baseline: a letter's stroke, not a quote
     assert with_quotes(_line(low, "'"), low).text == "a'"
+
+
+def test_scanner_noise_on_the_ground_does_not_hide_the_marks_shape() -> None:
+    rng = np.random.default_rng(7)
+    for mark, form in ((STRAIGHT_MARK, "'"), (CLOSING_MARK, "\u2019")):
+        crop = _crop(mark).astype(np.int16)
+        noisy = np.clip(crop + rng.integers(-12, 13, crop.shape[:2])[:, :, None], 0, 255).astype(np.uint8)
+        assert with_quotes(_line(noisy, "\u2018"), noisy).text == "a" + form
+    flat = np.full((40, 60, 3), 200, np.uint8)  # no ink at all
+    line = _line(flat, "'")
+    assert with_quotes(line, flat) is line

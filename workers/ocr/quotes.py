@@ -10,9 +10,9 @@ rows wander; its ink gathers at the top for a closing quote or apostrophe (``’
 for an opening one (``‘``).
 
 For each single quote the recogniser read, the mark is found in the line's crop: the ink
-component (pixels at least ``FAINT`` of the line's dark ink, so a tail drawn lighter than the
-head stays on it) nearest the character's CTC columns that rises above the x-height band and ends
-above its middle. Measured on it: how far the centres of its rows (those with a tenth of the
+component (pixels at least ``FAINT`` of the way from the ground to the line's dark ink, so a tail
+drawn lighter than the head stays on it) nearest the character's CTC columns that rises above the
+x-height band and ends above its middle. Measured on it: how far the centres of its rows (those with a tenth of the
 busiest row's ink or more) wander, over its height, and the share of its ink in its upper half.
 It is curly when the centres wander by ``CURLY_WANDER`` of its height or more (``‘`` when its
 upper half holds under ``OPENING_TOP`` of the ink, else ``’``), straight when they wander by at
@@ -46,6 +46,8 @@ OPENING_TOP = 0.4
 _XBAND = 0.3
 # Rows of a mark with at least this share of its busiest row's ink place its centre line.
 _ROW = 0.1
+# Grey levels between ground and ink below which a crop shows no ink to measure.
+_MIN_CONTRAST = 32
 
 
 def with_quotes(line: Decoded, crop: np.ndarray) -> Decoded:
@@ -54,10 +56,11 @@ def with_quotes(line: Decoded, crop: np.ndarray) -> Decoded:
     if not at:
         return line
     darkness = _darkness(crop)
-    inked = darkness > 0
-    if not inked.any():
+    # Dark ink: a line's ink covers a tenth to a quarter of its crop, so its 98th percentile is
+    # ink, not the scanner's noise on the ground.
+    strong = float(np.percentile(darkness, 98))
+    if strong < _MIN_CONTRAST:
         return line
-    strong = np.percentile(darkness[inked], 90)
     rows = (darkness >= 0.5 * strong).sum(axis=1)
     busy = np.flatnonzero(rows >= _XBAND * rows.max())
     if not busy.size:
