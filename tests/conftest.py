@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
+from mediafleet import Settings
+from mediafleet.workers.engines import cap_threads
 from tests.servers import MotoServer, RedisServer, free_port
+
+# Before any test module loads an engine library: CTranslate2's OpenMP runtime takes its thread
+# count when it loads, so the in-process runs of this process must start from the same count as
+# the workers it starts (see cap_threads).
+cap_threads(Settings().threads)
 
 __all__ = ["AWS_ENV", "CORPUS", "ROOT", "MotoServer", "RedisServer", "WorkerProcess", "free_port"]
 

@@ -7,13 +7,17 @@ with :func:`engine_config` when they first build their engine; they never read t
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from pathlib import Path
 
 from mediafleet.contract.manifest import DeviceClass
+
+log = logging.getLogger(__name__)
 
 __all__ = ["THREAD_VARIABLES", "EngineConfig", "cap_threads", "configure", "engine_config", "numerics"]
 
@@ -39,6 +43,8 @@ def engine_config() -> EngineConfig:
 
 #: The thread pools the engines' native libraries size from the environment when they load.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_THREAD_LIMIT")
+#: Engine modules whose native thread pools read :data:`THREAD_VARIABLES` as they load.
+_ENGINE_LIBRARIES = ("ctranslate2", "onnxruntime")
 
 
 def cap_threads(threads: int) -> None:
@@ -47,7 +53,20 @@ def cap_threads(threads: int) -> None:
 
     Set, not defaulted: an inherited ``OMP_NUM_THREADS`` would change the numerics under the same
     job id (the thread count is part of a job's identity: see :func:`mediafleet.adapters.ids.job_id`).
+
+    Too late once an engine's library is loaded: CTranslate2's OpenMP runtime reads the variables
+    when it loads, and later settings do not reach its threads. (On an AMD EPYC host, Whisper's
+    int8 numbers differ between one and two OpenMP threads: a process that had imported
+    ``ctranslate2`` before this call, as a test module did, transcribed with its inherited two
+    threads under the one-thread job id.) That case is logged as a warning; a process that
+    embeds mediafleet and loads these libraries itself must set the variables before it does.
     """
+    loaded = [name for name in _ENGINE_LIBRARIES if name in sys.modules]
+    unequal = [var for var in THREAD_VARIABLES if os.environ.get(var) != str(threads)]
+    if loaded and unequal:
+        log.warning("engine libraries %s were loaded before their threads were capped to %d (%s unset or "
+                    "other): their numbers follow the setting they loaded with", ", ".join(loaded), threads,
+                    ", ".join(unequal))
     for var in THREAD_VARIABLES:
         os.environ[var] = str(threads)
 
