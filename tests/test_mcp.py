@@ -447,16 +447,20 @@ def test_transcribe_media_gives_timed_segments_of_jfk(caller: Caller, corpus: Pa
     assert not is_error, data
     assert data.get("available", True) is True
     segments = parse_audio(data)
-    assert len(segments) == 1
-    (segment,) = segments
-    # Upstream: one segment, starting in the first second and ending between 10 and 11 s.
-    assert 0 <= segment["start_ms"] < 1000 and 10_000 < segment["end_ms"] < 11_000
-    words = re.sub(r"[^a-z ]", "", segment["text"].lower()).split()
+    # Upstream: one segment, starting in the first second and ending between 10 and 11 s. Whether
+    # the model writes "for you." or "for you," depends on the CPU's int8 kernels (one segment on
+    # an Intel host, two on an AMD EPYC one); segments end at sentences, so a full stop there
+    # splits the speech in two, in order.
+    assert 1 <= len(segments) <= 2
+    assert 0 <= segments[0]["start_ms"] < 1000 and 10_000 < segments[-1]["end_ms"] < 11_000
+    assert all(a["end_ms"] <= b["start_ms"] for a, b in zip(segments, segments[1:]))
+    assert all(s["text"].rstrip().endswith((".", "?", "!")) for s in segments[:-1])
+    words = re.sub(r"[^a-z ]", "", " ".join(s["text"] for s in segments).lower()).split()
     assert words == "and so my fellow americans ask not what your country can do for you ask what you can do for your country".split()
     loci = [{"kind": "audio_range", "start_ms": s["start_ms"], "end_ms": s["end_ms"]} for s in segments]
     assert all(engine_accepts(a) for a in loci)
     bundle = bundle_of(data)
-    assert bundle_addresses(bundle) == loci and assert_engine_valid(bundle) == 1
+    assert bundle_addresses(bundle) == loci and assert_engine_valid(bundle) == len(segments)
 
 
 @pytest.mark.corpus
