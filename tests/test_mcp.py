@@ -449,8 +449,8 @@ def test_transcribe_media_gives_timed_segments_of_jfk(caller: Caller, corpus: Pa
     segments = parse_audio(data)
     # Upstream: one segment, starting in the first second and ending between 10 and 11 s. Whether
     # the model writes "for you." or "for you," depends on the CPU's int8 kernels (one segment on
-    # an Intel host, two on an AMD EPYC one); segments end at sentences, so a full stop there
-    # splits the speech in two, in order.
+    # the machines this test was written on, two on an AMD EPYC one); segments end at sentences,
+    # so a full stop there splits the speech in two, in order.
     assert 1 <= len(segments) <= 2
     assert 0 <= segments[0]["start_ms"] < 1000 and 10_000 < segments[-1]["end_ms"] < 11_000
     assert all(a["end_ms"] <= b["start_ms"] for a, b in zip(segments, segments[1:]))
