@@ -33,6 +33,7 @@ import cv2
 import numpy as np
 
 from mediafleet.workers.ocr.ctc import Decoded
+from mediafleet.workers.ocr.spacing import XBAND, band
 
 __all__ = ["CURLY_WANDER", "FAINT", "MIN_HEIGHT", "OPENING_TOP", "STRAIGHT_WANDER", "with_quotes"]
 
@@ -42,8 +43,6 @@ MIN_HEIGHT = 5
 CURLY_WANDER = 0.12
 STRAIGHT_WANDER = 0.08
 OPENING_TOP = 0.4
-# Rows of the crop with at least this share of the busiest row's ink form its x-height band.
-_XBAND = 0.3
 # Rows of a mark with at least this share of its busiest row's ink place its centre line.
 _ROW = 0.1
 # Grey levels between ground and ink below which a crop shows no ink to measure.
@@ -61,11 +60,10 @@ def with_quotes(line: Decoded, crop: np.ndarray) -> Decoded:
     strong = float(np.percentile(darkness, 98))
     if strong < _MIN_CONTRAST:
         return line
-    rows = (darkness >= 0.5 * strong).sum(axis=1)
-    busy = np.flatnonzero(rows >= _XBAND * rows.max())
-    if not busy.size:
+    xband = band((darkness >= 0.5 * strong).sum(axis=1), XBAND)
+    if xband is None:
         return line
-    band_top, band_mid = int(busy[0]), (int(busy[0]) + int(busy[-1]) + 1) / 2
+    band_top, band_mid = xband[0], (xband[0] + xband[1]) / 2
     count, labels, stats, _ = cv2.connectedComponentsWithStats((darkness >= FAINT * strong).astype(np.uint8),
                                                                connectivity=8)
     raised = [k for k in range(1, count)

@@ -37,7 +37,7 @@ import numpy as np
 
 from mediafleet.workers.ocr.ctc import Decoded
 
-__all__ = ["DROP_GAP", "KEEP_WITH_OWN", "NARROW_OWN", "UNSURE", "WORD_GAP", "with_spaces"]
+__all__ = ["DROP_GAP", "KEEP_WITH_OWN", "NARROW_OWN", "UNSURE", "WORD_GAP", "XBAND", "band", "with_spaces"]
 
 WORD_GAP = 0.6
 KEEP_WITH_OWN = 0.75
@@ -47,7 +47,7 @@ UNSURE = 0.9
 # Own spaces a line needs before its usual (median) one is a measure.
 _MIN_OWN = 3
 # Rows with at least this share of the busiest row's ink form the x-height band.
-_XBAND = 0.3
+XBAND = 0.3
 # Rows with at least this share make the whole text band (ascenders and descenders included).
 _TEXTBAND = 0.04
 _NO_SPACE_BEFORE = set(",.:;!?)]}%\u2019\u201d")
@@ -62,7 +62,8 @@ def _ink(crop: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _band(rows: np.ndarray, share: float) -> tuple[int, int] | None:
+def band(rows: np.ndarray, share: float) -> tuple[int, int] | None:
+    """[first, last + 1) of the rows holding at least ``share`` of the busiest row's ink."""
     busy = np.flatnonzero(rows >= share * rows.max())
     return (int(busy[0]), int(busy[-1]) + 1) if busy.size else None
 
@@ -108,7 +109,7 @@ def with_spaces(line: Decoded, crop: np.ndarray) -> Decoded:
     rows = rows.copy()
     rows[:top] = 0
     rows[bottom:] = 0
-    xband, text = _band(rows, _XBAND), _band(rows, _TEXTBAND)
+    xband, text = band(rows, XBAND), band(rows, _TEXTBAND)
     if xband is None or text is None:
         return line
     x_height = max(xband[1] - xband[0], 1)
