@@ -348,13 +348,13 @@ def test_the_top_of_the_next_line_in_a_crop_does_not_hide_word_gaps() -> None:
 def test_lines_whose_boxes_overlap_a_third_are_read_top_first() -> None:
     # The detector's box of the lower line reaches 11 px (0.31 of the upper line's height) into
     # it and starts further left: compared whole, the two were one row, read left to right.
-    from mediafleet.workers.ocr.lines import _core
+    from mediafleet.workers.ocr.order import ocr_reading_order
     from mediafleet.workers.reading_order import reading_order
 
     upper = OcrLine("see when changes to the program", 0.99, (196.0, 749.0, 1502.0, 785.0))
     lower = OcrLine("use shows that it is possible", 0.99, (193.0, 774.0, 1504.0, 824.0))
     assert reading_order([lower, upper], lambda line: line.box) == [lower, upper]
-    assert reading_order([lower, upper], _core) == [upper, lower]
+    assert ocr_reading_order([lower, upper]) == [upper, lower]
 
 
 def test_an_identifier_of_capitals_takes_no_plural_s() -> None:

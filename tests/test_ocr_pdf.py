@@ -93,7 +93,7 @@ def test_ocr_lines_lie_inside_the_page_in_points(mixed_result) -> None:
 
 def test_provenance_names_the_ocr_models(mixed_result) -> None:
     producer = mixed_result.producer
-    assert producer.extractor_version == "8"
+    assert producer.extractor_version == "9"
     # The OCR engine's threads change its numbers: named, so they are part of the loci's derivation.
     assert producer.options == {"ocr": "auto", "dpi": 200, "rotated_lines": False, "ocr_threads": 1}
     names = [m.name for m in producer.models]

@@ -11,12 +11,8 @@ The detector sometimes cuts one line in two at a wide word gap. Pieces of about 
 shorter) and stand less than ``JOIN_GAP`` line heights apart are one line again: their texts joined by a space, their boxes by union, their confidences averaged by
 character count. A wider gap is a column gutter or a table cell, and stays a separate line.
 
-Lines are put in reading order (:mod:`mediafleet.workers.reading_order`) by the middle half of
-their boxes (``ORDER_CORE`` of the height cut off at top and bottom). The detector's boxes reach
-into the lines above and below, and on a tightly set page a tall box overlapped its neighbour by
-the reading order's 30% of the smaller: the two became one row, read left to right, and a line
-came out before the one above it (a page of the Valgrind manual). Each line's box in the result
-is still the whole detected box.
+Lines are put in reading order by :mod:`mediafleet.workers.ocr.order` (columns of text, tables
+read by rows); each line's box in the result is the whole detected box.
 """
 
 from __future__ import annotations
@@ -28,15 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from mediafleet.workers.ocr.engine import OcrEngine, get_engine
+from mediafleet.workers.ocr.order import ocr_reading_order
 from mediafleet.workers.ocr.quotes import with_quotes
 from mediafleet.workers.ocr.spacing import with_spaces
-from mediafleet.workers.reading_order import reading_order
 
-__all__ = ["JOIN_GAP", "MIN_CONFIDENCE", "ORDER_CORE", "SAME_ROW", "OcrLine", "capitals", "join_pieces", "normalise", "read_lines"]
+__all__ = ["JOIN_GAP", "MIN_CONFIDENCE", "SAME_ROW", "OcrLine", "capitals", "join_pieces", "normalise", "read_lines"]
 
 MIN_CONFIDENCE = 0.5
 SAME_ROW = 0.6
-ORDER_CORE = 0.25
 JOIN_GAP = 1.2
 _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _SPACES = re.compile(r"\s+")
@@ -89,14 +84,6 @@ def _box(quad: np.ndarray, width: int, height: int) -> tuple[float, float, float
     x0, y0 = max(float(quad[:, 0].min()), 0.0), max(float(quad[:, 1].min()), 0.0)
     x1, y1 = min(float(quad[:, 0].max()), float(width)), min(float(quad[:, 1].max()), float(height))
     return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
-
-
-def _core(line: OcrLine) -> tuple[float, float, float, float]:
-    """The middle of a line's box, ``ORDER_CORE`` of its height cut off at top and bottom: what
-    the reading order compares (:data:`ORDER_CORE`)."""
-    x0, y0, x1, y1 = line.box
-    cut = ORDER_CORE * (y1 - y0)
-    return (x0, y0 + cut, x1, y1 - cut)
 
 
 def _joinable(left: OcrLine, right: OcrLine) -> bool:
@@ -163,4 +150,4 @@ def read_lines(
         if not text or box is None:
             continue
         lines.append(OcrLine(text=text, confidence=min(max(confidence, 0.0), 1.0), box=box))
-    return reading_order(join_pieces(lines), _core)
+    return ocr_reading_order(join_pieces(lines))
