@@ -12,12 +12,13 @@ time goes on each generated page (detector, line crops, recogniser, word spaces;
 after the timed runs, so they do not slow them). Then real scanned
 pages: pages of real PDFs under ``/usr/share/doc`` (Debian packages' manuals, the gzipped ones
 decompressed at run time, the largest first; from each, the first ``real_per_pdf`` pages of prose
-with at least ``REAL_MIN_WORDS`` words, ``real_pages`` in all), rasterised the same way at run time,
+with at least ``REAL_MIN_WORDS`` words after the first ``real_skip`` such pages, ``real_pages`` in
+all; a skip gives pages that were not looked at while the OCR's rules were set), rasterised the same way at run time,
 their own text layers the answer key (none found is said, not faked).
 
 Setup: installs Debian's ``tesseract-ocr`` when it is missing (needs root and apt).
-Run: ``.venv/bin/python benchmarks/bench_ocr.py [pages] [mixed_pages] [real_pages] [real_per_pdf]``
-(defaults 3, 10, 14, 2: two pages of each of the seven manuals here).
+Run: ``.venv/bin/python benchmarks/bench_ocr.py [pages] [mixed_pages] [real_pages] [real_per_pdf] [real_skip]``
+(defaults 3, 10, 14, 2, 0: two pages of each of the seven manuals here).
 """
 
 from __future__ import annotations
@@ -99,21 +100,25 @@ def scans(pdf: bytes, which: set[int] | None, folder: Path) -> tuple[bytes, list
     return out.tobytes(garbage=3, deflate=True), pngs
 
 
-def real_pages(limit: int, per_pdf: int = 2, unpack_to: Path | None = None) -> list[tuple[str, bytes, str]]:
-    """(label, one-page PDF, its text layer) for text-heavy pages of real PDFs, largest PDF first;
-    with ``unpack_to``, the gzipped manuals too (decompressed there)."""
+def real_pages(limit: int, per_pdf: int = 2, unpack_to: Path | None = None, skip: int = 0) -> list[tuple[str, bytes, str]]:
+    """(label, one-page PDF, its text layer) for text-heavy pages of real PDFs, largest PDF first,
+    each PDF's first ``skip`` such pages passed over; with ``unpack_to``, the gzipped manuals too
+    (decompressed there)."""
     out: list[tuple[str, bytes, str]] = []
     for path in real_pdfs(unpack_to=unpack_to):
         try:
             doc = pymupdf.open(path, filetype="pdf")
         except RuntimeError:  # an unreadable manual is skipped
             continue
-        taken = 0
+        taken = passed = 0
         for i, page in enumerate(doc):
             text = page.get_text()
             tokens = text.split()
             # Prose, not a table of contents: most tokens hold a letter (dot leaders do not).
             if len(tokens) >= REAL_MIN_WORDS and sum(any(c.isalpha() for c in t) for t in tokens) >= 0.8 * len(tokens):
+                if passed < skip:
+                    passed += 1
+                    continue
                 one = pymupdf.open()
                 one.insert_pdf(doc, from_page=i, to_page=i)
                 out.append((f"{path.name} p{i + 1}", one.tobytes(), text))
@@ -143,7 +148,7 @@ def timed(fn):  # type: ignore[no-untyped-def]
     return time.perf_counter() - start, value
 
 
-def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: int = 2) -> None:
+def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: int = 2, real_skip: int = 0) -> None:
     tesseract = ensure_tesseract()
     configure(EngineConfig(device=DeviceClass.CPU, threads=1))
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-ocr-"))
@@ -192,7 +197,7 @@ def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: in
 
     # Real scanned pages: the two engines in turn, page by page.
     real_rows = []
-    for k, (label, one_page, reference) in enumerate(real_pages(real, real_per_pdf, unpack_to=tmp / "manuals")):
+    for k, (label, one_page, reference) in enumerate(real_pages(real, real_per_pdf, unpack_to=tmp / "manuals", skip=real_skip)):
         scanned_one, (png,) = scans(one_page, None, tmp)
         one = tmp / f"real{k}.pdf"
         one.write_bytes(scanned_one)
@@ -299,5 +304,5 @@ def _subset(pdf: bytes, which: set[int]) -> bytes:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:5]]
+    args = [int(a) for a in sys.argv[1:6]]
     main(*args)
