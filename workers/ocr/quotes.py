@@ -1,4 +1,4 @@
-"""Single quotes told apart by their shape: straight ``'``, or curly ``’`` and ``‘``.
+"""Quotes told apart by their shape: straight ``'``, or curly ``’`` and ``‘``; and the double ones alike.
 
 The recognisers read most quote marks as the ASCII apostrophe, whichever glyph the page shows: on
 16 real scanned pages (Debian manuals set in TeX and Nimbus fonts, whose text layers hold 84
@@ -19,6 +19,13 @@ upper half holds under ``OPENING_TOP`` of the ink, else ``’``), straight when 
 most ``STRAIGHT_WANDER``. Between the two, and for a mark under ``MIN_HEIGHT`` pixels or not
 found, the recogniser's reading stands.
 
+A double quote the recogniser read (``"``, ``“`` or ``”``) is two such marks side by side; the one
+nearest its columns is measured the same way, and the double form of the single one it shows is
+set (``"``, ``”`` or ``“``). On 110 real scanned pages of the Debian manuals (``bench_ocr``'s 56 and
+54 further ones), whose text layers hold 454 straight, 46 opening and 48 closing double quotes, the
+recogniser's readings were 509, 34 and 6; by shape they are 454, 43 and 52. Nimbus Mono's opening
+double quote still comes out closing (it came out straight before).
+
 Measured at 200 dpi: the straight quotes of the generated benchmark pages (Nimbus Sans, Roman and
 Mono: PDF's Helvetica, Times and Courier) wander by 0.00-0.08 of their height; the curly ones of
 the 16 real pages (Computer Modern, Nimbus Roman and Mono) by 0.16-0.32, the closing ones with
@@ -38,6 +45,9 @@ from mediafleet.workers.ocr.spacing import XBAND, band
 __all__ = ["CURLY_WANDER", "FAINT", "MIN_HEIGHT", "OPENING_TOP", "STRAIGHT_WANDER", "with_quotes"]
 
 SINGLE_QUOTES = frozenset("'\u2018\u2019")
+DOUBLE_QUOTES = frozenset("\"\u201c\u201d")
+# A double quote is two single marks side by side: each has the shape of the single form.
+_DOUBLE = {"'": "\"", "\u2018": "\u201c", "\u2019": "\u201d"}
 FAINT = 0.2
 MIN_HEIGHT = 5
 CURLY_WANDER = 0.12
@@ -50,8 +60,8 @@ _MIN_CONTRAST = 32
 
 
 def with_quotes(line: Decoded, crop: np.ndarray) -> Decoded:
-    """``line`` with each single quote the recogniser read set to the form its glyph shows."""
-    at = [i for i, c in enumerate(line.chars) if c in SINGLE_QUOTES]
+    """``line`` with each quote the recogniser read set to the form its glyph shows."""
+    at = [i for i, c in enumerate(line.chars) if c in SINGLE_QUOTES or c in DOUBLE_QUOTES]
     if not at:
         return line
     darkness = _darkness(crop)
@@ -72,8 +82,9 @@ def with_quotes(line: Decoded, crop: np.ndarray) -> Decoded:
     chars = list(line.chars)
     for i in at:
         mark = _nearest(raised, stats, line.spans[i])
-        if mark is not None:
-            chars[i] = _form(mark, labels, stats, darkness) or chars[i]
+        form = None if mark is None else _form(mark, labels, stats, darkness)
+        if form is not None:
+            chars[i] = _DOUBLE[form] if chars[i] in DOUBLE_QUOTES else form
     if chars == line.chars:
         return line
     return Decoded(chars=chars, probs=line.probs, spans=line.spans)
