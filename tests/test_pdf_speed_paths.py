@@ -255,7 +255,10 @@ def test_a_freeze_made_by_someone_else_is_left_alone() -> None:
         frozen = gc.get_freeze_count()
         with collection_paused():
             pass
-        assert gc.get_freeze_count() == frozen and gc.isenabled()
+        # Not undone (unfreezing would empty the permanent generation) and not redone (freezing
+        # again would add every object since). Frozen objects can still be freed meanwhile, by
+        # this thread or a test's leftover thread: the count may fall a little (one CI run: by 4).
+        assert 0 < gc.get_freeze_count() <= frozen and gc.isenabled()
     finally:
         gc.unfreeze()
 
