@@ -207,6 +207,67 @@ def test_the_claim_pushes_the_message_of_the_class_it_routes_to_in_the_same_step
 
 
 @pytest.mark.integration
+def test_later_messages_are_made_from_a_checked_form_as_send_task_makes_them(
+    redis_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After two messages to one queue (same limits, priority, thread) that ``send_task`` made, and
+    the first one's form remade the second byte for byte, later ones are made from the form: each
+    is what ``send_task`` makes for the same job but for the delivery tag, a new tag each time.
+    Inside a task (Celery names the running task as the parent) ``send_task`` always makes it."""
+    import json
+    from types import SimpleNamespace
+
+    from celery import Celery
+
+    from mediafleet.workers import app as app_module
+
+    url = f"redis://127.0.0.1:{redis_server.port}/15"
+    app = create_app(Settings(broker_url=url, blob_root=tmp_path))
+    capability = Settings().manifest().capability("ocr_pdf")
+    store = LocalBlobStore(tmp_path / "blobs")
+    requests = [pdf_request(store, job_id=f"mf-{i:032x}") for i in range(5)]
+    by_celery: list[tuple[str, str]] = []
+    real = app_module._made_by_celery
+
+    def counted(*args: object) -> tuple[str, str] | None:
+        by_celery.append(made := real(*args))  # type: ignore[arg-type]
+        return made
+
+    def without_tag(made: tuple[str, str]) -> tuple[str, dict[str, object]]:
+        message = json.loads(made[1])
+        message["properties"].pop("delivery_tag")
+        return made[0], message
+
+    app_module._made_by_celery, saved = counted, real  # type: ignore[assignment]
+    try:
+        made = [app_module.extract_message(app, r, capability, f"token-{i}", 4) for i, r in enumerate(requests)]
+    finally:
+        app_module._made_by_celery = saved
+    assert len(by_celery) == 2 and by_celery == made[:2]  # the first two by send_task, the rest from the form
+    forms = [f for f in app.__dict__["mediafleet_message_forms"].values() if f is not None]
+    assert len(forms) == 1 and forms[0].checked
+    for i, (request, ours) in enumerate(zip(requests, made, strict=True)):
+        assert ours is not None
+        assert without_tag(ours) == without_tag(real(app, request, capability, f"token-{i}", 4))
+        assert json.loads(ours[1])["headers"]["id"] == request.job_id
+    assert len({json.loads(m[1])["properties"]["delivery_tag"] for m in made if m}) == len(made)
+    other_priority = app_module.extract_message(app, requests[0], capability, "token-0", 7)
+    assert other_priority is not None and other_priority[0] != made[0][0]  # its own list, its own form
+
+    class Running:  # a task running in this worker: the message names it as the parent
+        request = SimpleNamespace(id="mf-parent", root_id="mf-root", delivery_info={})
+
+        def add_trail(self, result: object) -> object:
+            return result
+
+    monkeypatch.setattr(Celery, "current_worker_task", property(lambda self: Running()))
+    inside = app_module.extract_message(app, requests[1], capability, "token-1", 4)
+    assert inside is not None
+    headers = json.loads(inside[1])["headers"]
+    assert (headers["id"], headers["parent_id"], headers["root_id"]) == (requests[1].job_id, "mf-parent", "mf-root")
+
+
+@pytest.mark.integration
 def test_a_waiter_whose_watch_followed_before_the_claim_does_not_read_the_record_first(
     jobs: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

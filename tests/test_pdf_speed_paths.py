@@ -679,6 +679,7 @@ def test_a_lean_document_reads_as_the_plain_one(many_pdfs: list[Path]) -> None:
             assert type(lean) is not type(plain) and lean.metadata is None
             assert (lean.page_count, lean.needs_pass, lean.is_encrypted, lean.is_pdf) == (
                 plain.page_count, plain.needs_pass, plain.is_encrypted, plain.is_pdf)
+            facts = (lean.page_count, lean.needs_pass, lean.is_encrypted)
             for i in _pages(plain):
                 a, b = lean.load_page(i), plain.load_page(i)
                 assert (a.rect, a.rotation) == (b.rect, b.rotation), (path.name, i)
@@ -686,6 +687,12 @@ def test_a_lean_document_reads_as_the_plain_one(many_pdfs: list[Path]) -> None:
         finally:
             lean.close()
             plain.close()
+        from_bytes = mupdf_module.open_document(path.read_bytes())  # the dispatcher's page count opens bytes
+        try:
+            assert type(from_bytes) is type(lean) and from_bytes.metadata is None
+            assert (from_bytes.page_count, from_bytes.needs_pass, from_bytes.is_encrypted) == facts
+        finally:
+            from_bytes.close()
 
 
 def test_real_pdfs_give_the_plain_loci_and_evidence(many_pdfs: list[Path]) -> None:

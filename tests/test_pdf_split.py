@@ -69,6 +69,10 @@ def test_a_pdf_longer_than_the_parts_size_is_planned_as_ranges(tmp_path: Path) -
     assert page_count(tmp_path.joinpath("x.pdf")) is None  # no such file: no count, no split
     (tmp_path / "ten.pdf").write_bytes(data)
     assert page_count(tmp_path / "ten.pdf") == 10
+    stream = io.BytesIO(b"junk" + data)
+    stream.seek(4)
+    assert page_count(stream) == 10 and stream.tell() == 4  # a stream is read from where it is, and put back
+    assert page_count(io.BytesIO(b"%PDF-1.7 not a pdf")) is None
     assert ranges(10, 4) == [Span(first=1, last=4), Span(first=5, last=8), Span(first=9, last=10)]
 
     own, planned = parts.plan(request, capability, manifest, parts.probe(tmp_path / "ten.pdf", capability))

@@ -104,9 +104,13 @@ class _Document(pymupdf.Document):  # type: ignore[misc]
 _LEAN = callable(getattr(pymupdf.Document, "init_doc", None)) and callable(getattr(pymupdf.Document, "_loadOutline", None))
 
 
-def open_document(path: Path) -> Any:
-    """``pymupdf.open(path, filetype="pdf")``, without reading the outline and the metadata.
+def open_document(source: Path | str | bytes) -> Any:
+    """``pymupdf.open(path, filetype="pdf")`` (or ``stream=`` for bytes), without reading the
+    outline and the metadata.
 
     Its pages are the plain Document's (``tests/test_pdf_speed_paths.py`` checks their text).
     """
-    return _Document(path, filetype="pdf") if _LEAN else pymupdf.open(path, filetype="pdf")
+    opener = _Document if _LEAN else pymupdf.open
+    if isinstance(source, bytes):
+        return opener(stream=source, filetype="pdf")
+    return opener(source, filetype="pdf")

@@ -35,20 +35,21 @@ __all__ = ["PAGES", "JoinHead", "JoinedPages", "PagesPart", "page_count", "range
 
 
 def page_count(source: Path | BinaryIO) -> int | None:
-    """The PDF's page count from its cross-reference table, without reading a page; None when
-    MuPDF cannot open it (the job then runs as one task and reports why)."""
-    from mediafleet.workers.pdf.mupdf import pymupdf
+    """The PDF's page count from its cross-reference table, without reading a page (nor the
+    outline and metadata a plain open reads); None when MuPDF cannot open it (the job then runs
+    as one task and reports why)."""
+    from mediafleet.workers.pdf.mupdf import open_document
 
     try:
         if isinstance(source, Path):
-            doc = pymupdf.open(source, filetype="pdf")
+            doc = open_document(source)
         elif isinstance(getattr(source, "name", None), str) and os.path.isfile(source.name):
-            doc = pymupdf.open(source.name, filetype="pdf")
+            doc = open_document(source.name)
         else:
             at = source.tell()
             data = source.read()
             source.seek(at)
-            doc = pymupdf.open(stream=data, filetype="pdf")
+            doc = open_document(data)
     except Exception:  # noqa: BLE001 - any unreadable PDF: the job itself says what is wrong
         return None
     try:
