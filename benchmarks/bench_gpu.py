@@ -81,7 +81,11 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     run(WARM_UP)
     start = time.perf_counter()
     text = run(path)
-    return {"wall_s": time.perf_counter() - start, "text": text, "gpu_memory_mb": _gpu_memory_mb()}
+    import resource
+
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"wall_s": wall, "text": text, "gpu_memory_mb": _gpu_memory_mb(), "peak_mb": peak}
 
 
 def _fleet_path(mode: str, path: Path, manifest: Path, bundles: Path | None) -> dict[str, Any]:
@@ -151,6 +155,9 @@ def main() -> None:
         f["wer"] = round(wer(reference, f["text"]), 4)
         f["x_real_time"] = round(seconds / f["wall_s"], 1)
         f["wall_s"] = round(f["wall_s"], 3)
+        # each path's figures as it finishes: a run cut short by a time limit keeps what it measured
+        print(f"{mode}: {f['wall_s']:.2f} s, {f['x_real_time']:.1f}x real time, WER {f['wer']:.4f}", file=sys.stderr,
+              flush=True)
     texts = {mode: f.pop("text") for mode, f in figures.items()}
     if "fleet-gpu" in texts and "fleet-cpu" in texts:
         figures["fleet-gpu"]["words_differing_from_fleet_cpu"] = round(wer(texts["fleet-cpu"], texts["fleet-gpu"]), 4)
@@ -164,7 +171,7 @@ def main() -> None:
     rows = [("path", "wall s", "x real time", "WER", "worker peak MB", "GPU MB held")]
     for mode, f in figures.items():
         rows.append((mode, f"{f['wall_s']:.2f}", f"{f['x_real_time']:.1f}x", f"{f['wer']:.4f}",
-                     f"{f.get('worker_peak_mb') or 0:.0f}", "-" if f.get("gpu_memory_mb") is None else f"{f['gpu_memory_mb']:.0f}"))
+                     f"{f.get('worker_peak_mb') or f.get('peak_mb') or 0:.0f}", "-" if f.get("gpu_memory_mb") is None else f"{f['gpu_memory_mb']:.0f}"))
     print(f"recording: {seconds:.1f} s")
     print(table(rows))
     for name, ratio in ratios.items():
