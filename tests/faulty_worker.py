@@ -13,7 +13,9 @@ from 5 creates the file and kills its pool process with SIGKILL; later deliverie
 
 The ``transcribe_segments`` extractor misbehaves for the whole worker instead (a video's speech
 part carries no title of its own): ``MF_FAULTY_AUDIO=crash`` or ``=hang`` in the worker's
-environment, as above.
+environment, as above; ``=gpu-oom`` raises what CTranslate2 raises when the GPU has no memory left
+(``RuntimeError("CUDA failed with error out of memory")``: there is no GPU here to run out of), in
+the first run only where ``MF_FAULTY_ONCE=<file>`` is set (it creates the file), else in every run.
 
 Run as ``python -m tests.faulty_worker worker ...`` (the same arguments as ``mediafleet``).
 """
@@ -45,10 +47,24 @@ def _misbehave(marker: bytes) -> None:
                 pass
 
 
+def _gpu_out_of_memory() -> None:
+    once = os.environ.get("MF_FAULTY_ONCE")
+    if once:
+        try:
+            Path(once).touch(exist_ok=False)
+        except FileExistsError:
+            return
+    raise RuntimeError("CUDA failed with error out of memory")
+
+
 def extract_audio(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
     from mediafleet.workers.audio.transcribe import extract_audio as real
 
-    _misbehave(b"MF-" + os.environ.get("MF_FAULTY_AUDIO", "").upper().encode())
+    fault = os.environ.get("MF_FAULTY_AUDIO", "")
+    if fault == "gpu-oom":
+        _gpu_out_of_memory()
+    else:
+        _misbehave(b"MF-" + fault.upper().encode())
     return real(path, options, limits, progress, sink)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mediafleet.contract.errors import ErrorCode
+from mediafleet.contract.jobs import JobState
 from mediafleet import Dispatcher, Settings
 from tests.helpers import assert_engine_valid, without_run
 from tests.test_audio import DATA
@@ -41,6 +42,27 @@ def test_bad_audio_fails_and_the_worker_keeps_serving(fleet_env, start_worker, t
     assert broken.error.code == ErrorCode.CORRUPT_INPUT and "truncated" in broken.error.message
     after = fleet.submit(DATA / "speech.opus").bundle(timeout=300)
     assert after.status == "ok", after.error
+
+
+def test_a_gpu_fault_is_retryable_and_the_resubmission_runs_the_job_again(fleet_env, start_worker,
+                                                                          tmp_path: Path) -> None:
+    # No GPU here: the faulty worker's first run raises CTranslate2's own out-of-memory error.
+    start_worker("--concurrency=1", module="tests.faulty_worker",
+                 env={"MF_FAULTY_AUDIO": "gpu-oom", "MF_FAULTY_ONCE": str(tmp_path / "once")})
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    first = fleet.submit(DATA / "speech.opus").bundle(timeout=300)
+    assert first.status == "failed" and first.error is not None
+    assert first.error.code == ErrorCode.ENGINE_UNAVAILABLE and first.error.retryable
+    assert first.error.message == ("the worker ran out of GPU or host memory while running transcribe_segments; "
+                                   "the job can be submitted again")
+
+    again = fleet.submit(DATA / "speech.opus")  # the same job id, run again rather than answered from the record
+    assert again.id == first.job_id
+    bundle = again.bundle(timeout=300)
+    assert bundle.status == "ok", bundle.error
+    assert "finance team before friday" in " ".join(
+        n.properties["text"] for n in bundle.nodes if n.node_type == "Evidence").lower()
+    assert fleet.jobs().get(again.id).state == JobState.DONE
 
 
 def _audio_worker_exit(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

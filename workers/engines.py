@@ -19,7 +19,7 @@ from mediafleet.contract.manifest import DeviceClass
 
 log = logging.getLogger(__name__)
 
-__all__ = ["THREAD_VARIABLES", "EngineConfig", "cap_threads", "configure", "engine_config", "numerics"]
+__all__ = ["THREAD_VARIABLES", "EngineConfig", "cap_threads", "configure", "engine_config", "machine_fault", "numerics"]
 
 
 @dataclass(frozen=True)
@@ -85,3 +85,39 @@ def numerics(action: str, options: Mapping[str, Any], threads: int) -> dict[str,
     if action == "extract_keyframes" and options.get("speech") is False:
         return {}
     return {"threads": threads}
+
+
+# What the engines' native code raises when the machine, not the input, fails a run, as it words it:
+# CTranslate2's CUDA, cuBLAS and cuDNN checks ("CUDA failed with error out of memory", "cuBLAS failed
+# with status CUBLAS_STATUS_ALLOC_FAILED") and its library loader ("Library libcublas.so.12 is not
+# found or cannot be loaded"); onnxruntime's CUDA execution provider ("CUDA failure 2: out of memory",
+# "CUBLAS failure 3", "CUDNN failure 4") and its memory arena ("Failed to allocate memory for
+# requested buffer"); a C++ allocation failure passed up as text. Matched on the lower-cased message,
+# the more specific first; each with the public phrase for it.
+_MACHINE_FAULTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("out of memory", "failed to allocate memory", "std::bad_alloc", "status_alloc_failed"),
+     "the worker ran out of GPU or host memory"),
+    (("is not found or cannot be loaded", "unable to load any of {libcudnn", "unable to load any of {libcublas"),
+     "a GPU library cannot be loaded on this worker"),
+    (("cuda failed with error", "cuda failure", "cublas failed with status", "cublas failure", "cudnn failed with status",
+      "cudnn failure", "cudaerror"),
+     "the GPU failed"),
+)
+
+
+def machine_fault(exc: BaseException) -> str | None:
+    """A public phrase for what about this machine made an engine fail (its GPU, a GPU library, its
+    memory), or None when ``exc`` says nothing of the machine.
+
+    Such a failure says nothing about the input: the run is reported as retryable
+    (``engine_unavailable``), so a resubmission runs the job again, on this worker once the fault
+    has passed or on another. Recognised by the engines' own wording, since CTranslate2 and
+    onnxruntime raise plain ``RuntimeError`` (or their own exception types) for them.
+    """
+    if isinstance(exc, MemoryError):
+        return "the worker ran out of memory"
+    text = str(exc).lower()
+    for markers, phrase in _MACHINE_FAULTS:
+        if any(marker in text for marker in markers):
+            return phrase
+    return None

@@ -1,0 +1,84 @@
+"""A machine's fault is not an answer about the input: GPU and memory failures of the engines are
+retryable ``engine_unavailable`` failures, with a public message, so a resubmission runs the job again.
+
+The messages are the engines' own wording (CTranslate2's CUDA, cuBLAS and cuDNN checks and its
+library loader; onnxruntime's CUDA provider and memory arena), as they raise them. No GPU runs here,
+so a GPU's failure is raised by a stand-in extractor with those words; the fleet form of this test
+(a real worker, a real redis-server) is in ``tests/test_audio_fleet.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mediafleet import Dispatcher, Settings
+from mediafleet.contract.errors import ErrorCode
+from mediafleet.workers import extractor
+from mediafleet.workers.engines import machine_fault
+
+SPEECH = Path(__file__).parent / "data" / "speech.opus"
+
+MEMORY = "the worker ran out of GPU or host memory"
+LIBRARY = "a GPU library cannot be loaded on this worker"
+GPU = "the GPU failed"
+
+
+@pytest.mark.parametrize(("message", "phrase"), [
+    ("CUDA failed with error out of memory", MEMORY),
+    ("cuBLAS failed with status CUBLAS_STATUS_ALLOC_FAILED", MEMORY),
+    ("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Conv node. "
+     "Name:'Conv_0' Status Message: CUDA failure 2: out of memory ; GPU=0 ; hostname=w ; expr=cudaMalloc", MEMORY),
+    ("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate memory for requested buffer of size 4194304",
+     MEMORY),
+    ("std::bad_alloc", MEMORY),
+    ("Library libcublas.so.12 is not found or cannot be loaded", LIBRARY),
+    ("Unable to load any of {libcudnn_ops.so.9.1.0, libcudnn_ops.so.9.1, libcudnn_ops.so.9, libcudnn_ops.so}", LIBRARY),
+    ("CUDA failed with error an illegal memory access was encountered", GPU),
+    ("CUDA failed with error CUDA driver version is insufficient for CUDA runtime version", GPU),
+    ("cuBLAS failed with status CUBLAS_STATUS_EXECUTION_FAILED", GPU),
+    ("cuDNN failed with status CUDNN_STATUS_EXECUTION_FAILED", GPU),
+])
+def test_the_engines_words_for_a_machine_fault_are_recognised(message: str, phrase: str) -> None:
+    assert machine_fault(RuntimeError(message)) == phrase
+
+
+@pytest.mark.parametrize("message", [
+    "Invalid data found when processing input",
+    "cannot open broken document",
+    "unsupported audio format",
+    "Unable to open file 'model.bin' in model '/models/x'",
+    "list index out of range",
+])
+def test_failures_that_say_nothing_of_the_machine_are_not_taken_for_one(message: str) -> None:
+    assert machine_fault(RuntimeError(message)) is None
+
+
+def test_python_running_out_of_memory_is_a_machine_fault() -> None:
+    assert machine_fault(MemoryError()) == "the worker ran out of memory"
+
+
+def gpu_fails(*_args: object, **_kwargs: object) -> None:
+    """The stand-in for a GPU that fails: CTranslate2's words."""
+    raise RuntimeError("cuBLAS failed with status CUBLAS_STATUS_EXECUTION_FAILED")
+
+
+def has_a_bug(*_args: object, **_kwargs: object) -> None:
+    raise RuntimeError("list index out of range")
+
+
+def test_a_gpu_fault_in_process_is_retryable_and_tells_no_library_text(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(extractor.EXTRACTORS, "transcribe_segments", f"{__name__}:gpu_fails")
+    bundle = Dispatcher(Settings(blob_root=tmp_path / "blobs")).submit(SPEECH).bundle()
+    assert bundle.status == "failed" and bundle.error is not None
+    assert bundle.error.code == ErrorCode.ENGINE_UNAVAILABLE and bundle.error.retryable
+    assert bundle.error.message == ("the GPU failed while running transcribe_segments; "
+                                    "the job can be submitted again")
+
+
+def test_any_other_engine_failure_stays_an_internal_error(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(extractor.EXTRACTORS, "transcribe_segments", f"{__name__}:has_a_bug")
+    bundle = Dispatcher(Settings(blob_root=tmp_path / "blobs")).submit(SPEECH).bundle()
+    assert bundle.status == "failed" and bundle.error is not None
+    assert bundle.error.code == ErrorCode.INTERNAL_ERROR and not bundle.error.retryable
