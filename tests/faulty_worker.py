@@ -15,7 +15,9 @@ The ``transcribe_segments`` extractor misbehaves for the whole worker instead (a
 part carries no title of its own): ``MF_FAULTY_AUDIO=crash`` or ``=hang`` in the worker's
 environment, as above; ``=gpu-oom`` raises what CTranslate2 raises when the GPU has no memory left
 (``RuntimeError("CUDA failed with error out of memory")``: there is no GPU here to run out of), in
-the first run only where ``MF_FAULTY_ONCE=<file>`` is set (it creates the file), else in every run.
+the first run only where ``MF_FAULTY_ONCE=<file>`` is set (it creates the file), else in every run;
+``=gpu-broken`` raises what it raises when the GPU's CUDA context has failed (``RuntimeError("CUDA
+failed with error an illegal memory access was encountered")``) in every run.
 
 Run as ``python -m tests.faulty_worker worker ...`` (the same arguments as ``mediafleet``).
 """
@@ -63,6 +65,8 @@ def extract_audio(path: Path, options: Any, limits: Any, progress: Any = None, s
     fault = os.environ.get("MF_FAULTY_AUDIO", "")
     if fault == "gpu-oom":
         _gpu_out_of_memory()
+    elif fault == "gpu-broken":
+        raise RuntimeError("CUDA failed with error an illegal memory access was encountered")
     else:
         _misbehave(b"MF-" + fault.upper().encode())
     return real(path, options, limits, progress, sink)

@@ -12,7 +12,7 @@ import pytest
 from mediafleet.contract.errors import ErrorCode
 from mediafleet.contract.jobs import JobState
 from mediafleet import Dispatcher, Settings
-from tests.helpers import assert_engine_valid, without_run
+from tests.helpers import assert_engine_valid, wait_for, without_run
 from tests.test_audio import DATA
 from mediafleet.workers.gpu import visible_gpus
 
@@ -63,6 +63,29 @@ def test_a_gpu_fault_is_retryable_and_the_resubmission_runs_the_job_again(fleet_
     assert "finance team before friday" in " ".join(
         n.properties["text"] for n in bundle.nodes if n.node_type == "Evidence").lower()
     assert fleet.jobs().get(again.id).state == JobState.DONE
+
+
+def test_a_worker_whose_gpu_failed_for_good_stops_and_a_fresh_one_runs_the_resubmission(
+        fleet_env, start_worker, tmp_path: Path) -> None:
+    # No GPU here: the faulty worker raises CTranslate2's words for a failed CUDA context in every run.
+    broken = start_worker("--concurrency=1", module="tests.faulty_worker", env={"MF_FAULTY_AUDIO": "gpu-broken"})
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
+    first = fleet.submit(DATA / "speech.opus").bundle(timeout=300)
+    assert first.status == "failed" and first.error is not None
+    assert first.error.code == ErrorCode.ENGINE_UNAVAILABLE and first.error.retryable
+    assert first.error.message == "the GPU failed while running transcribe_segments; the job can be submitted again"
+
+    assert broken.proc is not None
+    assert broken.proc.wait(timeout=60) == 0  # a warm shutdown, as on SIGTERM
+    log = broken.log.read_text()
+    assert "stopping this worker: the GPU failed" in log
+    wait_for(lambda: not any(fleet.status()["workers"].values()), what="the stopped worker's presence to go")
+
+    start_worker("--concurrency=1")  # what its supervisor does: a fresh process
+    again = fleet.submit(DATA / "speech.opus")
+    assert again.id == first.job_id
+    bundle = again.bundle(timeout=300)
+    assert bundle.status == "ok", bundle.error
 
 
 def _audio_worker_exit(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,14 +15,22 @@ import pytest
 
 from mediafleet import Dispatcher, Settings
 from mediafleet.contract.errors import ErrorCode
-from mediafleet.workers import extractor
-from mediafleet.workers.engines import machine_fault
+from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, Outcome
+from mediafleet.workers import engines, extractor
+from mediafleet.workers.engines import MachineFault, broken_device, machine_fault, mark_broken
+from mediafleet.workers.middleware import Delivery, DeviceHealth
 
 SPEECH = Path(__file__).parent / "data" / "speech.opus"
 
-MEMORY = "the worker ran out of GPU or host memory"
-LIBRARY = "a GPU library cannot be loaded on this worker"
-GPU = "the GPU failed"
+MEMORY = MachineFault("the worker ran out of GPU or host memory", lasting=False)
+LIBRARY = MachineFault("a GPU library cannot be loaded on this worker", lasting=True)
+GPU = MachineFault("the GPU failed", lasting=True)
+
+
+@pytest.fixture(autouse=True)
+def _healthy_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with this process's device unmarked, and leaves it so."""
+    monkeypatch.setattr(engines, "_broken", None)
 
 
 @pytest.mark.parametrize(("message", "phrase"), [
@@ -40,7 +48,7 @@ GPU = "the GPU failed"
     ("cuBLAS failed with status CUBLAS_STATUS_EXECUTION_FAILED", GPU),
     ("cuDNN failed with status CUDNN_STATUS_EXECUTION_FAILED", GPU),
 ])
-def test_the_engines_words_for_a_machine_fault_are_recognised(message: str, phrase: str) -> None:
+def test_the_engines_words_for_a_machine_fault_are_recognised(message: str, phrase: MachineFault) -> None:
     assert machine_fault(RuntimeError(message)) == phrase
 
 
@@ -56,7 +64,7 @@ def test_failures_that_say_nothing_of_the_machine_are_not_taken_for_one(message:
 
 
 def test_python_running_out_of_memory_is_a_machine_fault() -> None:
-    assert machine_fault(MemoryError()) == "the worker ran out of memory"
+    assert machine_fault(MemoryError()) == MachineFault("the worker ran out of memory", lasting=False)
 
 
 def gpu_fails(*_args: object, **_kwargs: object) -> None:
@@ -75,6 +83,7 @@ def test_a_gpu_fault_in_process_is_retryable_and_tells_no_library_text(monkeypat
     assert bundle.error.code == ErrorCode.ENGINE_UNAVAILABLE and bundle.error.retryable
     assert bundle.error.message == ("the GPU failed while running transcribe_segments; "
                                     "the job can be submitted again")
+    assert broken_device() == "the GPU failed"  # a failed CUDA context lasts: a fleet worker would stop
 
 
 def test_any_other_engine_failure_stays_an_internal_error(monkeypatch, tmp_path: Path) -> None:
@@ -82,3 +91,25 @@ def test_any_other_engine_failure_stays_an_internal_error(monkeypatch, tmp_path:
     bundle = Dispatcher(Settings(blob_root=tmp_path / "blobs")).submit(SPEECH).bundle()
     assert bundle.status == "failed" and bundle.error is not None
     assert bundle.error.code == ErrorCode.INTERNAL_ERROR and not bundle.error.retryable
+
+
+def _delivery(stops: list[str]) -> Delivery:
+    request = ExtractRequest(job_id="mf-" + "0" * 32, action="transcribe_segments",
+                             artifact=ArtifactRef(digest="sha256:" + "0" * 64, media_type="audio/ogg", bytes=1,
+                                                  modality="audio"))
+    return Delivery(request, jobs=None, retire=stops.append)  # type: ignore[arg-type]
+
+
+def test_running_out_of_memory_passes_and_the_worker_goes_on() -> None:
+    mark_broken(MEMORY)
+    stops: list[str] = []
+    DeviceHealth().after_run(_delivery(stops), Outcome.model_construct())
+    assert broken_device() is None and stops == []
+
+
+def test_a_lasting_gpu_fault_stops_the_worker_once() -> None:
+    mark_broken(GPU)
+    health, stops = DeviceHealth(), []
+    for _ in range(3):
+        health.after_run(_delivery(stops), Outcome.model_construct())
+    assert stops == ["the GPU failed"]

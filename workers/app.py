@@ -282,6 +282,12 @@ _APPS: dict[str, Celery] = {}
 _APPS_LOCK = threading.Lock()
 
 
+def _stop_worker(why: str) -> None:
+    from mediafleet.workers.boot import stop_worker  # boot builds this module's app: imported on use
+
+    stop_worker(why)
+
+
 def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
     """A Celery app wired to ``settings``; the task closes over the settings, manifest and store.
 
@@ -361,7 +367,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
     def extract(self: Task, request: dict[str, Any], token: str = "") -> dict[str, Any]:
         req = ExtractRequest.model_validate(request)
         delivery = Delivery(req, stores.get(), token=token, hostname=self.request.hostname or "",
-                            publish=lambda meta: self.update_state(state="PROGRESS", meta=meta))
+                            publish=lambda meta: self.update_state(state="PROGRESS", meta=meta), retire=_stop_worker)
         try:
             outcome = run_chain(chain, delivery, lambda progress: run_request(
                 req, manifest=manifest, store=store, device=settings.device, progress=progress,

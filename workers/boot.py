@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from signal import SIGTERM
 from typing import Any
 
 from celery import Celery
@@ -36,7 +37,7 @@ from mediafleet.jobstore import JobStore
 from mediafleet.presence import HEARTBEAT_S, TTL_S, Announcer
 from mediafleet.settings import Settings
 
-__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "boot_worker", "held_jobs", "recover_lost", "release_held",
+__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "boot_worker", "held_jobs", "recover_lost", "release_held", "stop_worker",
            "worker_lifecycle"]
 
 log = logging.getLogger("mediafleet.worker")
@@ -101,6 +102,18 @@ def boot_worker(settings: Settings, options: WorkerOptions, manifest: Manifest |
         app.worker_main(argv)
 
 
+_main_pid: int | None = None  # the booted worker's main process (its pool processes inherit this)
+
+
+def stop_worker(why: str) -> None:
+    """Ask this worker's main process for a warm shutdown, as SIGTERM does: it takes no more
+    messages, lets the running tasks finish, hands its prefetched messages back to the queue,
+    retires its presence and exits. Nothing happens outside a booted worker."""
+    log.error("stopping this worker: %s; its supervisor should start a fresh one", why)
+    if _main_pid is not None:
+        os.kill(_main_pid, SIGTERM)
+
+
 @contextmanager
 def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Iterator[None]:
     """Celery's worker signals wired to this app while the block runs, and disconnected after.
@@ -112,6 +125,8 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
     from mediafleet.workers.app import job_store
     from mediafleet.workers.engines import EngineConfig, configure
 
+    global _main_pid
+    _main_pid = os.getpid()  # before the pool forks
     engine_config = EngineConfig(device=settings.device, threads=settings.threads,
                                  whisper_model_dir=settings.whisper_model_dir)
     announcers: list[Announcer] = []

@@ -19,7 +19,10 @@ from mediafleet.contract.manifest import DeviceClass
 
 log = logging.getLogger(__name__)
 
-__all__ = ["THREAD_VARIABLES", "EngineConfig", "cap_threads", "configure", "engine_config", "machine_fault", "numerics"]
+__all__ = [
+    "THREAD_VARIABLES", "EngineConfig", "MachineFault", "broken_device", "cap_threads", "configure", "engine_config",
+    "machine_fault", "mark_broken", "numerics",
+]
 
 
 @dataclass(frozen=True)
@@ -93,21 +96,33 @@ def numerics(action: str, options: Mapping[str, Any], threads: int) -> dict[str,
 # found or cannot be loaded"); onnxruntime's CUDA execution provider ("CUDA failure 2: out of memory",
 # "CUBLAS failure 3", "CUDNN failure 4") and its memory arena ("Failed to allocate memory for
 # requested buffer"); a C++ allocation failure passed up as text. Matched on the lower-cased message,
-# the more specific first; each with the public phrase for it.
-_MACHINE_FAULTS: tuple[tuple[tuple[str, ...], str], ...] = (
+# the more specific first; each with its public phrase, and whether it lasts for the process.
+_MACHINE_FAULTS: tuple[tuple[tuple[str, ...], str, bool], ...] = (
     (("out of memory", "failed to allocate memory", "std::bad_alloc", "status_alloc_failed"),
-     "the worker ran out of GPU or host memory"),
+     "the worker ran out of GPU or host memory", False),
     (("is not found or cannot be loaded", "unable to load any of {libcudnn", "unable to load any of {libcublas"),
-     "a GPU library cannot be loaded on this worker"),
+     "a GPU library cannot be loaded on this worker", True),
     (("cuda failed with error", "cuda failure", "cublas failed with status", "cublas failure", "cudnn failed with status",
       "cudnn failure", "cudaerror"),
-     "the GPU failed"),
+     "the GPU failed", True),
 )
 
 
-def machine_fault(exc: BaseException) -> str | None:
-    """A public phrase for what about this machine made an engine fail (its GPU, a GPU library, its
-    memory), or None when ``exc`` says nothing of the machine.
+@dataclass(frozen=True)
+class MachineFault:
+    """What about this machine made an engine fail."""
+
+    phrase: str
+    """Public: names the fault, never the library's text."""
+    lasting: bool
+    """The process's GPU cannot be trusted again (a CUDA context that failed stays failed; a library
+    that cannot be loaded stays so): the worker stops so that a fresh process takes over. Running out
+    of memory passes, so the process goes on."""
+
+
+def machine_fault(exc: BaseException) -> MachineFault | None:
+    """The machine's fault that made an engine fail (its GPU, a GPU library, its memory), or None
+    when ``exc`` says nothing of the machine.
 
     Such a failure says nothing about the input: the run is reported as retryable
     (``engine_unavailable``), so a resubmission runs the job again, on this worker once the fault
@@ -115,9 +130,24 @@ def machine_fault(exc: BaseException) -> str | None:
     onnxruntime raise plain ``RuntimeError`` (or their own exception types) for them.
     """
     if isinstance(exc, MemoryError):
-        return "the worker ran out of memory"
+        return MachineFault("the worker ran out of memory", lasting=False)
     text = str(exc).lower()
-    for markers, phrase in _MACHINE_FAULTS:
+    for markers, phrase, lasting in _MACHINE_FAULTS:
         if any(marker in text for marker in markers):
-            return phrase
+            return MachineFault(phrase, lasting)
     return None
+
+
+_broken: str | None = None
+
+
+def mark_broken(fault: MachineFault) -> None:
+    """Remember that this process's GPU failed for good (see :attr:`MachineFault.lasting`)."""
+    global _broken
+    if fault.lasting:
+        _broken = fault.phrase
+
+
+def broken_device() -> str | None:
+    """Why this process's GPU cannot be used again, or None while nothing lasting has failed."""
+    return _broken

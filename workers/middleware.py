@@ -14,7 +14,8 @@ The Celery task is a thin shell: it makes a :class:`Delivery` and hands it, with
 
 :func:`fleet_middleware` is the fleet's chain: delivery counting, progress throttling, progress
 reporting, cancellation, the delivery limit, outcome and part reporting, discovery indexing, the
-notice that wakes a finished job's waiters. Each
+notice that wakes a finished job's waiters, and the device health check that stops a worker whose
+GPU failed for good. Each
 middleware is tested on its own against a real Redis (``tests/test_middleware.py``); none imports
 Celery.
 """
@@ -36,12 +37,14 @@ from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.workers.engines import broken_device
 from mediafleet.workers.parts import decides, join, own_part, report_head
 from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.spec import ProgressFn
 
 __all__ = [
-    "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DiscoveryIndexing", "FinishedNotice", "Middleware",
+    "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DeviceHealth", "DiscoveryIndexing", "FinishedNotice",
+    "Middleware",
     "OutcomeReporting", "ProgressReporting", "ProgressThrottle", "Skip", "fleet_middleware", "join_parts",
     "report", "report_part", "run_chain",
 ]
@@ -76,6 +79,8 @@ class Delivery:
     hostname: str = ""
     publish: Callable[[dict[str, Any]], None] = field(default=lambda meta: None)
     """Publishes progress where the broker's clients see it (the shell: Celery's ``PROGRESS`` state)."""
+    retire: Callable[[str], None] = field(default=lambda why: None)
+    """Stops this worker, saying why (the shell: a warm shutdown of the worker's main process)."""
     attempt: int = 0
     """This delivery's number (:meth:`JobStore.start`); it owns the job's record while no newer one started."""
     before: JobState | None = None
@@ -273,14 +278,32 @@ class FinishedNotice(Middleware):
                 return
 
 
+class DeviceHealth(Middleware):
+    """Stops the worker once its GPU has failed for good (:func:`mediafleet.workers.engines.broken_device`:
+    a CUDA error, a GPU library that cannot be loaded), after this delivery's outcome is reported.
+
+    Each such job fails retryably, but a worker left running would take every job its class is
+    routed and fail it the same way. Stopped, it leaves the fleet's routing (its presence is
+    retired), its prefetched messages go back to the queue, and its supervisor starts a fresh
+    process, with a fresh CUDA context."""
+
+    def __init__(self) -> None:
+        self._retiring = False
+
+    def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
+        if (why := broken_device()) is not None and not self._retiring:
+            self._retiring = True
+            delivery.retire(why)
+
+
 def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> list[Middleware]:
     """The fleet task's chain, in order. Cancellation comes after progress reporting (it reads the
     state that report returned) and before the delivery limit (a cancelled job ends ``cancelled``
     however often it was delivered); the finished notice comes last (with no index to fill, a
-    plain job's is sent with its outcome's write instead)."""
+    plain job's is sent with its outcome's write instead); the device health check after it all."""
     return [DeliveryCounting(), ProgressThrottle(), ProgressReporting(hold_last=True), Cancellation(), DeliveryLimit(),
             OutcomeReporting(manifest, announce=discovery_index is None), DiscoveryIndexing(discovery_index, manifest),
-            FinishedNotice()]
+            FinishedNotice(), DeviceHealth()]
 
 
 class _Reports(Mapping[str, "Outcome | None"]):

@@ -29,7 +29,7 @@ from mediafleet.contract.errors import (
 from mediafleet.contract.jobs import ExtractRequest, Outcome
 from mediafleet.contract.manifest import DeviceClass, Manifest
 from mediafleet.blobstore import BlobStore
-from mediafleet.workers.engines import configure, engine_config, machine_fault
+from mediafleet.workers.engines import configure, engine_config, machine_fault, mark_broken
 from mediafleet.workers.extractor import load_extractor
 from mediafleet.workers.parts import join_inline, narrow, options_for, part_capabilities, verify_result
 from mediafleet.workers.registry import spec_for
@@ -131,7 +131,8 @@ def _failure(exc: Exception, request: ExtractRequest, checks: dict[str, bool]) -
     if not hasattr(exc, "code") and (fault := machine_fault(exc)) is not None:
         # A GPU or memory fault of this machine (the engine's own text goes to the log only).
         log.warning("job %s failed: %s: %s", request.job_id, type(exc).__name__, exc)
-        return to_public(Unavailable(f"{fault} while running {request.action}; the job can be submitted again"))
+        mark_broken(fault)
+        return to_public(Unavailable(f"{fault.phrase} while running {request.action}; the job can be submitted again"))
     log.warning("job %s failed: %s", request.job_id, type(exc).__name__, exc_info=not hasattr(exc, "code"))
     return to_public(exc)
 
