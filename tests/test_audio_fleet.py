@@ -70,7 +70,9 @@ def test_a_worker_whose_gpu_failed_for_good_stops_and_a_fresh_one_runs_the_resub
     # No GPU here: the faulty worker raises CTranslate2's words for a failed CUDA context in every run.
     broken = start_worker("--concurrency=1", module="tests.faulty_worker", env={"MF_FAULTY_AUDIO": "gpu-broken"})
     fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
-    first = fleet.submit(DATA / "speech.opus").bundle(timeout=300)
+    job = fleet.submit(DATA / "speech.opus")
+    waiting = fleet.submit(DATA / "speech.flac")  # queued behind it, or prefetched by the broken worker
+    first = job.bundle(timeout=300)
     assert first.status == "failed" and first.error is not None
     assert first.error.code == ErrorCode.ENGINE_UNAVAILABLE and first.error.retryable
     assert first.error.message == "the GPU failed while running transcribe_segments; the job can be submitted again"
@@ -86,6 +88,9 @@ def test_a_worker_whose_gpu_failed_for_good_stops_and_a_fresh_one_runs_the_resub
     assert again.id == first.job_id
     bundle = again.bundle(timeout=300)
     assert bundle.status == "ok", bundle.error
+    later = waiting.bundle(timeout=300)  # not lost with the stopped worker, and not run by it
+    assert later.status == "ok", later.error
+    assert fleet.jobs().get(waiting.id).completions == 1
 
 
 def _audio_worker_exit(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
