@@ -830,7 +830,10 @@ def test_the_c_xy_cut_leaves_what_it_cannot_compare_as_python_does_to_python() -
 
 def test_the_c_forms_keep_no_memory_once_they_return(pdfs: list[Path]) -> None:
     """Each call's tuples, strings and scratch are the caller's or freed: thousands of calls leave
-    the traced memory where one call left it (a leak of one object a call would show as ~100 kB)."""
+    the traced memory where one call left it (a leak of one object a call would show as ~100 kB:
+    4,800 calls of at least ~20 bytes each). A few kilobytes move either way between runs, whatever
+    the C code does (the interpreter's own caches and free lists: one CI run saw 4,313 bytes), so
+    the bound is 16 KiB, a sixth of the smallest leak it is there to catch."""
     import tracemalloc
 
     xycut, stext = reading_order_module._xycut, mupdf_module._stext
@@ -863,4 +866,4 @@ def test_the_c_forms_keep_no_memory_once_they_return(pdfs: list[Path]) -> None:
             grown = tracemalloc.get_traced_memory()[0] - before
         finally:
             tracemalloc.stop()
-    assert grown < 4096, grown
+    assert grown < 16384, grown
