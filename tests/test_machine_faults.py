@@ -113,3 +113,25 @@ def test_a_lasting_gpu_fault_stops_the_worker_once() -> None:
     for _ in range(3):
         health.after_run(_delivery(stops), Outcome.model_construct())
     assert stops == ["the GPU failed"]
+
+
+@pytest.mark.parametrize(("message", "broken"), [
+    ("Library libcublas.so.12 is not found or cannot be loaded", "a GPU library cannot be loaded on this worker"),
+    ("CUDA failed with error out of memory", None),  # passes: the worker goes on
+    ("Unable to open file 'model.bin' in model '/models/x'", None),  # the model's fault, not the machine's
+])
+def test_a_model_that_cannot_be_loaded_for_the_machines_sake_marks_the_device(
+        monkeypatch: pytest.MonkeyPatch, message: str, broken: str | None) -> None:
+    import faster_whisper
+
+    from mediafleet.contract.errors import Unavailable
+    from mediafleet.contract.manifest import DeviceClass
+    from mediafleet.workers.audio.model import whisper
+
+    def refuse(*_args: object, **_kwargs: object) -> None:  # the stand-in for a GPU's loader
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(faster_whisper, "WhisperModel", refuse)
+    with pytest.raises(Unavailable, match="the Whisper model cannot be loaded on this worker"):
+        whisper(engines.EngineConfig(device=DeviceClass.CPU, threads=7))  # a key no other test loads
+    assert broken_device() == broken

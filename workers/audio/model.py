@@ -28,7 +28,7 @@ from mediafleet.contract.digests import hash_file
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
 from mediafleet.workers.audio.memory import one_arena
-from mediafleet.workers.engines import EngineConfig, engine_config
+from mediafleet.workers.engines import EngineConfig, engine_config, machine_fault, mark_broken
 from mediafleet.workers.gpu import visible_gpus
 
 __all__ = ["SETTING", "Whisper", "check_device", "model_dir", "model_ref", "whisper"]
@@ -146,6 +146,8 @@ def _load(folder: Path, config: EngineConfig) -> Whisper:
         )
     except (RuntimeError, ValueError, OSError) as exc:
         log.error("loading the Whisper model failed: %s", exc)
+        if (fault := machine_fault(exc)) is not None:
+            mark_broken(fault)  # a GPU library or CUDA context that failed: a fresh process may do better
         raise Unavailable("the Whisper model cannot be loaded on this worker") from exc
     ref = model_ref(folder)
     log.info("loaded Whisper model %s on %s (%s, %d threads)", ref.name, device, compute_type, config.threads)
