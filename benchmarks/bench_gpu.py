@@ -56,13 +56,20 @@ def _duration(path: Path) -> float:
         return container.duration / av.time_base
 
 
-def _gpu_memory_mb() -> float | None:
+def _nvidia_smi(query: str, units: bool = True) -> str | None:
+    """The first GPU's ``--query-gpu`` fields, as nvidia-smi prints them (None without it)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
-    out = subprocess.run([exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True,
-                         text=True, check=False).stdout.split()
-    return float(out[0]) if out else None
+    form = "csv,noheader" if units else "csv,noheader,nounits"
+    out = subprocess.run([exe, f"--query-gpu={query}", f"--format={form}"], capture_output=True, text=True,
+                         check=False).stdout.strip().splitlines()
+    return out[0] if out else None
+
+
+def _gpu_memory_mb() -> float | None:
+    used = _nvidia_smi("memory.used", units=False)
+    return float(used) if used else None
 
 
 def _child(mode: str, path: Path) -> dict[str, Any]:
@@ -182,11 +189,7 @@ def main() -> None:
 
 
 def _gpu_name() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    return subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
-                          text=True, check=False).stdout.strip() or None
+    return _nvidia_smi("name,driver_version")
 
 
 if __name__ == "__main__":

@@ -49,14 +49,19 @@ def _misbehave(marker: bytes) -> None:
                 pass
 
 
+def _first_time(once: str) -> bool:
+    """Whether this is the first run to get here: it creates the file ``once`` names."""
+    try:
+        Path(once).touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
 def _gpu_out_of_memory() -> None:
     once = os.environ.get("MF_FAULTY_ONCE")
-    if once:
-        try:
-            Path(once).touch(exist_ok=False)
-        except FileExistsError:
-            return
-    raise RuntimeError("CUDA failed with error out of memory")
+    if not once or _first_time(once):
+        raise RuntimeError("CUDA failed with error out of memory")
 
 
 def extract_audio(path: Path, options: Any, limits: Any, progress: Any = None, sink: Any = None) -> Any:
@@ -75,11 +80,7 @@ def extract_audio(path: Path, options: Any, limits: Any, progress: Any = None, s
 def _crash_once(options: Any) -> None:
     span, once = os.environ.get("MF_FAULTY_CRASH_SPAN"), os.environ.get("MF_FAULTY_ONCE")
     page_span = getattr(options, "page_span", None)
-    if span and once and page_span is not None and page_span[0] == int(span):
-        try:
-            Path(once).touch(exist_ok=False)
-        except FileExistsError:
-            return
+    if span and once and page_span is not None and page_span[0] == int(span) and _first_time(once):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -38,6 +38,7 @@ from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.blobstore import BlobStore, open_store
 from mediafleet.jobstore import JobStore
 from mediafleet.settings import Settings
+from mediafleet.workers.boot import stop_worker
 from mediafleet.workers.middleware import Delivery, Skip, fleet_middleware, join_parts, report, run_chain
 from mediafleet.workers.runner import run_request
 
@@ -282,12 +283,6 @@ _APPS: dict[str, Celery] = {}
 _APPS_LOCK = threading.Lock()
 
 
-def _stop_worker(why: str) -> None:
-    from mediafleet.workers.boot import stop_worker  # boot builds this module's app: imported on use
-
-    stop_worker(why)
-
-
 def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
     """A Celery app wired to ``settings``; the task closes over the settings, manifest and store.
 
@@ -367,7 +362,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
     def extract(self: Task, request: dict[str, Any], token: str = "") -> dict[str, Any]:
         req = ExtractRequest.model_validate(request)
         delivery = Delivery(req, stores.get(), token=token, hostname=self.request.hostname or "",
-                            publish=lambda meta: self.update_state(state="PROGRESS", meta=meta), retire=_stop_worker)
+                            publish=lambda meta: self.update_state(state="PROGRESS", meta=meta), retire=stop_worker)
         try:
             outcome = run_chain(chain, delivery, lambda progress: run_request(
                 req, manifest=manifest, store=store, device=settings.device, progress=progress,
