@@ -712,7 +712,7 @@ class _Progress:
 
 
 def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
-    from mediafleet.workers.boot import BootRefused, WorkerOptions, boot_worker
+    from mediafleet.workers.boot import BootRefused, WorkerOptions, WorkerRetired, boot_worker
 
     if args.events:
         settings = settings.model_copy(update={"task_events": True})
@@ -724,6 +724,9 @@ def _worker(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     except BootRefused as exc:
         print(f"mediafleet worker: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkerRetired as exc:
+        print(f"mediafleet worker: stopped: {exc}; start a fresh worker", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

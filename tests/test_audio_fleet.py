@@ -78,9 +78,12 @@ def test_a_worker_whose_gpu_failed_for_good_stops_and_a_fresh_one_runs_the_resub
     assert first.error.message == "the GPU failed while running transcribe_segments; the job can be submitted again"
 
     assert broken.proc is not None
-    assert broken.proc.wait(timeout=60) == 0  # a warm shutdown, as on SIGTERM
+    # A warm shutdown, as on SIGTERM, reported as a failure: a supervisor that restarts failed
+    # workers only (systemd's Restart=on-failure) starts a fresh one.
+    assert broken.proc.wait(timeout=60) == 1
     log = broken.log.read_text()
     assert "stopping this worker: the GPU failed" in log
+    assert "mediafleet worker: stopped: the GPU failed; start a fresh worker" in log
     wait_for(lambda: not any(fleet.status()["workers"].values()), what="the stopped worker's presence to go")
 
     start_worker("--concurrency=1")  # what its supervisor does: a fresh process

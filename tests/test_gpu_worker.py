@@ -48,6 +48,15 @@ def _spoken(bundle) -> str:  # type: ignore[no-untyped-def]
                     if n.node_type == "Evidence" and n.properties["locus_kind"] == "audio_range")
 
 
+def test_the_model_runs_on_this_gpu_at_start_up() -> None:
+    # The GPU worker's start-up run (a second of silence, in a separate interpreter) passes on a
+    # working GPU; a worker whose run fails refuses to start (tests/test_machine_faults.py).
+    from mediafleet.workers.audio.model import gpu_run_fault, model_dir
+    from mediafleet.workers.engines import EngineConfig
+
+    assert gpu_run_fault(model_dir(EngineConfig())) is None
+
+
 def test_a_gpu_worker_transcribes_on_cuda_with_the_known_words(fleet_env, start_worker, tmp_path: Path) -> None:
     manifest = _manifest(tmp_path, "transcribe_segments")
     start_worker("--device", "gpu", "--concurrency=1", "--hostname=gpu@%h",

@@ -18,6 +18,7 @@ from mediafleet.contract.errors import ErrorCode
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, Outcome
 from mediafleet.workers import engines, extractor
 from mediafleet.workers.engines import MachineFault, broken_device, machine_fault, mark_broken
+from mediafleet.workers.gpu import visible_gpus
 from mediafleet.workers.middleware import Delivery, DeviceHealth
 
 SPEECH = Path(__file__).parent / "data" / "speech.opus"
@@ -135,3 +136,48 @@ def test_a_model_that_cannot_be_loaded_for_the_machines_sake_marks_the_device(
     with pytest.raises(Unavailable, match="the Whisper model cannot be loaded on this worker"):
         whisper(engines.EngineConfig(device=DeviceClass.CPU, threads=7))  # a key no other test loads
     assert broken_device() == broken
+
+
+@pytest.mark.skipif(visible_gpus() > 0, reason="a CUDA device is visible here: the model runs on it")
+def test_a_gpu_worker_whose_model_does_not_run_on_its_gpu_refuses_to_start(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The driver is taken to list a GPU; the first run, in a separate interpreter, is real: this
+    # machine's CTranslate2 has no CUDA device, so the model does not run there, and the check says so.
+    from mediafleet.contract.errors import Unavailable
+    from mediafleet.contract.manifest import DeviceClass
+    from mediafleet.workers.audio import model
+
+    monkeypatch.setattr(model, "visible_gpus", lambda: 1)
+    with caplog.at_level("ERROR", logger="mediafleet.audio"), pytest.raises(Unavailable) as refused:
+        model.check_device(DeviceClass.GPU)
+    assert refused.value.message == ("the Whisper model does not run on this GPU: "
+                                     "this GPU worker sees no CUDA device that runs float16")
+    assert "did not run on this GPU (exit 1)" in caplog.text  # the engine's own words go to the log
+    model.check_device(DeviceClass.CPU)  # a CPU worker runs nothing at start-up
+
+
+@pytest.mark.parametrize(("raised", "said"), [
+    (RuntimeError("Library libcublas.so.12 is not found or cannot be loaded"),
+     "a GPU library cannot be loaded on this worker"),
+    (RuntimeError("CUDA failed with error initialization error"), "the GPU failed"),
+    (RuntimeError("CUDA failed with error out of memory"), "the worker ran out of GPU or host memory"),
+    (ValueError("unsupported compute type"), ""),  # not the machine's: the parent gives its own phrase
+])
+def test_the_first_run_on_the_gpu_names_the_machines_fault_publicly(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], raised: Exception, said: str) -> None:
+    import sys
+
+    from mediafleet.workers.audio import model
+
+    def run_fails(*_args: object) -> None:  # the stand-in for the model's first run on a GPU
+        raise raised
+
+    monkeypatch.setattr(model, "whisper", run_fails)
+    monkeypatch.setattr(engines, "_config", engines.engine_config())  # the run configures this process for the GPU
+    monkeypatch.setattr(sys, "argv", ["-c", "/models/whisper"])
+    with pytest.raises(SystemExit) as exited:
+        model._run_once_on_gpu()
+    assert exited.value.code == 1
+    out, err = capsys.readouterr()
+    assert out.strip() == said
+    assert str(raised) in err  # for the parent's log, never for the caller

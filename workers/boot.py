@@ -19,6 +19,7 @@ with a 40 s hard limit).
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import socket
 import time
@@ -37,7 +38,7 @@ from mediafleet.jobstore import JobStore
 from mediafleet.presence import HEARTBEAT_S, TTL_S, Announcer
 from mediafleet.settings import Settings
 
-__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "boot_worker", "held_jobs", "recover_lost", "release_held", "stop_worker",
+__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "WorkerRetired", "boot_worker", "held_jobs", "recover_lost", "release_held", "stop_worker",
            "worker_lifecycle"]
 
 log = logging.getLogger("mediafleet.worker")
@@ -45,6 +46,12 @@ log = logging.getLogger("mediafleet.worker")
 
 class BootRefused(Exception):
     """The worker cannot start as configured; the message says why (one line, no secrets)."""
+
+
+class WorkerRetired(Exception):
+    """The worker stopped itself (:func:`stop_worker`): its GPU failed for good. The message says
+    why (one line, public). Reported as a failure, so that a supervisor that restarts a worker
+    only when it fails (systemd's ``Restart=on-failure``, a Kubernetes Job) starts a fresh one."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ def boot_worker(settings: Settings, options: WorkerOptions, manifest: Manifest |
     Raises:
         BootRefused: no broker, no capability for the device class, or the device class cannot be
             served here (e.g. ``gpu`` with no usable CUDA device, a missing model).
+        WorkerRetired: the worker ran, then stopped itself because its GPU failed for good.
     """
     if settings.broker_url is None:
         raise BootRefused("set MEDIAFLEET_BROKER_URL (a worker needs a broker)")
@@ -100,18 +108,34 @@ def boot_worker(settings: Settings, options: WorkerOptions, manifest: Manifest |
         argv.append(f"--max-memory-per-child={options.max_memory_per_child}")
     with worker_lifecycle(app, settings, manifest):
         app.worker_main(argv)
+        if (why := _retired_because()) is not None:
+            raise WorkerRetired(why)
 
 
 _main_pid: int | None = None  # the booted worker's main process (its pool processes inherit this)
+# Why the worker stopped itself, written by the pool process that called stop_worker and read by
+# the main process once the worker has shut down: a page of memory both share (mapped before the
+# pool forks), NUL-padded UTF-8; all NULs while nothing stopped it.
+_RETIRED_BYTES = 256
+_retired: mmap.mmap | None = None
 
 
 def stop_worker(why: str) -> None:
     """Ask this worker's main process for a warm shutdown, as SIGTERM does: it takes no more
     messages, lets the running tasks finish, hands its prefetched messages back to the queue,
-    retires its presence and exits. Nothing happens outside a booted worker."""
+    retires its presence and exits, reporting ``why`` as a failure (:class:`WorkerRetired`).
+    Nothing happens outside a booted worker."""
     log.error("stopping this worker: %s; its supervisor should start a fresh one", why)
+    if _retired is not None:
+        _retired[:] = why.encode()[:_RETIRED_BYTES].ljust(_RETIRED_BYTES, b"\0")
     if _main_pid is not None:
         os.kill(_main_pid, SIGTERM)
+
+
+def _retired_because() -> str | None:
+    if _retired is None or not (said := _retired[:].rstrip(b"\0")):
+        return None
+    return said.decode(errors="replace")
 
 
 @contextmanager
@@ -125,8 +149,9 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
     from mediafleet.workers.app import job_store
     from mediafleet.workers.engines import EngineConfig, configure
 
-    global _main_pid
+    global _main_pid, _retired
     _main_pid = os.getpid()  # before the pool forks
+    _retired = mmap.mmap(-1, _RETIRED_BYTES)  # anonymous and shared: the pool processes inherit it
     engine_config = EngineConfig(device=settings.device, threads=settings.threads,
                                  whisper_model_dir=settings.whisper_model_dir)
     announcers: list[Announcer] = []

@@ -31,7 +31,7 @@ from mediafleet.workers.audio.memory import one_arena
 from mediafleet.workers.engines import EngineConfig, engine_config, machine_fault, mark_broken
 from mediafleet.workers.gpu import visible_gpus
 
-__all__ = ["SETTING", "Whisper", "check_device", "model_dir", "model_ref", "whisper"]
+__all__ = ["SETTING", "Whisper", "check_device", "gpu_run_fault", "model_dir", "model_ref", "whisper"]
 
 log = logging.getLogger("mediafleet.audio")
 
@@ -165,10 +165,74 @@ def _load(folder: Path, config: EngineConfig) -> Whisper:
 def check_device(device: DeviceClass) -> None:
     """Start-up check of a worker serving ``transcribe_segments`` (run before the pool forks).
 
+    A GPU worker also runs the model once on its GPU, in a separate interpreter
+    (:func:`gpu_run_fault`): a GPU the driver lists can still be unusable (a cuBLAS or cuDNN that
+    does not load, a failed CUDA context), and a worker that found out on its first job would fail
+    that job, stop, and be started again to fail the next.
+
     Raises:
-        Unavailable: the model folder is missing (the message names the setting), or a GPU worker
-            sees no CUDA device.
+        Unavailable: the model folder is missing (the message names the setting), a GPU worker
+            sees no CUDA device, or the model does not run on it.
     """
-    model_dir(engine_config())
-    if device == DeviceClass.GPU and visible_gpus() < 1:
+    folder = model_dir(engine_config())
+    if device != DeviceClass.GPU:
+        return
+    if visible_gpus() < 1:
         raise Unavailable("no CUDA device is visible, so this worker cannot serve the gpu device class")
+    if (why := gpu_run_fault(folder)) is not None:
+        raise Unavailable(f"the Whisper model does not run on this GPU: {why}")
+
+
+# Run by gpu_run_fault in a fresh interpreter: load the model as a GPU worker's pool process does
+# and transcribe a second of silence, which runs the encoder's convolution (cuDNN) and the
+# decoder's matrix products (cuBLAS). Prints "ok", or the fault's public phrase on failure.
+_RUN_ON_GPU = "from mediafleet.workers.audio.model import _run_once_on_gpu; _run_once_on_gpu()"
+_GPU_RUN_TIMEOUT_S = 300
+
+
+def gpu_run_fault(folder: Path) -> str | None:
+    """Why the Whisper model in ``folder`` cannot run on this machine's GPU, or None when it ran.
+
+    Asked in a separate interpreter, so that this process (a worker's parent, before its pool
+    forks) never creates a CUDA context. The reason is public (the machine's fault as
+    :func:`mediafleet.workers.engines.machine_fault` names it); the engine's own words go to the log.
+    """
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _RUN_ON_GPU, str(folder)], capture_output=True, text=True,
+                              timeout=_GPU_RUN_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"a first run did not finish within {_GPU_RUN_TIMEOUT_S} s"
+    except OSError:
+        return "a first run could not be started"
+    said = done.stdout.strip().splitlines()[-1:] or [""]
+    if done.returncode == 0 and said == ["ok"]:
+        return None
+    log.error("the Whisper model did not run on this GPU (exit %s): %s", done.returncode, done.stderr[-4000:])
+    return said[0] or "it failed to load or run (the worker's log says how)"
+
+
+def _run_once_on_gpu() -> None:
+    """The child's side of :func:`gpu_run_fault` (``argv[1]``: the model folder)."""
+    import sys
+
+    import numpy as np
+
+    from mediafleet.workers.engines import configure
+
+    configure(EngineConfig(device=DeviceClass.GPU, threads=1, whisper_model_dir=Path(sys.argv[1])))
+    try:
+        engine = whisper()
+        segments, _ = engine.model.transcribe(np.zeros(16000, dtype=np.float32), beam_size=1,
+                                              without_timestamps=True, vad_filter=False)
+        list(segments)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which logs the text
+        cause = exc.__cause__ if isinstance(exc, Unavailable) and exc.__cause__ is not None else exc
+        fault = machine_fault(cause)
+        phrase = fault.phrase if fault is not None else exc.message if isinstance(exc, Unavailable) else ""
+        print(f"{type(cause).__name__}: {cause}", file=sys.stderr)
+        print(phrase)
+        sys.exit(1)
+    print("ok")
