@@ -24,7 +24,8 @@ espeak-ng and ffmpeg), or ``--recording FILE --reference TEXT_FILE`` (a machine 
 ``--bundles DIR`` writes each fleet path's bundle as JSON, to be judged by the callers' engine where
 it is installed.
 
-Run: ``.venv/bin/python benchmarks/bench_gpu.py [--minutes 10] [--paths fleet-gpu,plain-gpu,...]``.
+Run: ``.venv/bin/python benchmarks/bench_gpu.py [--minutes 10] [--paths fleet-gpu,plain-gpu,...]``
+(``--results gpu-2h`` for another results file: the 2-hour run's is ``benchmarks/results/gpu-2h.json``).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, help="the text spoken in --recording")
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument("--bundles", type=Path, help="write each fleet path's bundle here as JSON")
+    parser.add_argument("--results", default="gpu", help="the results file's name under benchmarks/results (default gpu)")
     if serve_child(_child, sys.argv[1:]):
         return
     args = parser.parse_args()
@@ -183,7 +185,7 @@ def main() -> None:
     print(table(rows))
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.2f}x faster")
-    out = write_results("gpu", {"recording_s": round(seconds, 1), "gpu": _gpu_name(), "paths": figures, "ratios": ratios})
+    out = write_results(args.results, {"recording_s": round(seconds, 1), "gpu": _gpu_name(), "paths": figures, "ratios": ratios})
     print(f"wrote {out}")
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -328,3 +328,37 @@ def test_in_process_refusals_are_failed_bundles(tmp_path: Path) -> None:
     refused = dispatcher.submit(DATA / "speech.flac", options={"beam_size": 9}).bundle()
     assert refused.status == "failed" and refused.error is not None
     assert refused.error.code == ErrorCode.INVALID_REQUEST
+
+
+# -- the word error rate the audio tests and benchmarks judge by ----------------------------------
+
+
+@pytest.mark.parametrize(("reference", "hypothesis", "expected"), [
+    ("a b c", "a b c", 0.0),
+    ("a b c", "a x c", 1 / 3),  # a substitution
+    ("a b c", "a b c d", 1 / 3),  # an insertion
+    ("The cat, sat.", "cat sat on", 2 / 3),  # a deletion and an insertion, after normalising
+    ("a b c", "", 1.0),
+    ("a b", "x y z w", 2.0),  # more errors than reference words
+])
+def test_word_error_rate_known_answers(reference: str, hypothesis: str, expected: float) -> None:
+    assert wer(reference, hypothesis) == pytest.approx(expected)
+
+
+def test_word_error_rate_is_the_edit_distance_cell_by_cell() -> None:
+    import random
+
+    def cell_by_cell(reference: str, hypothesis: str) -> float:
+        ref, hyp = words(reference), words(hypothesis)
+        row = list(range(len(hyp) + 1))
+        for i, r in enumerate(ref, 1):
+            prev, row[0] = row[:], i
+            for j, h in enumerate(hyp, 1):
+                row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (r != h))
+        return row[len(hyp)] / len(ref)
+
+    rnd = random.Random(7)
+    for _ in range(200):
+        reference = " ".join(rnd.choice("abcdef") for _ in range(rnd.randint(1, 25)))
+        hypothesis = " ".join(rnd.choice("abcdef") for _ in range(rnd.randint(0, 25)))
+        assert wer(reference, hypothesis) == cell_by_cell(reference, hypothesis), (reference, hypothesis)
