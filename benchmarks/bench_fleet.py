@@ -1,8 +1,10 @@
 """The fleet itself: per-job overhead, small-job throughput with 1 and 2 worker processes, and a
 10 MB artifact sent inline through the broker versus by blob reference.
 
-* overhead: sequential 1-page PDF jobs; round trip (submit -> bundle) minus the time the worker
-  spent in the job (the outcome's started/ended times);
+* overhead: sequential 1-page PDF jobs; round trip (submit -> bundle) against the same jobs
+  in-process, and minus the time the worker spent in the job (the outcome's started/ended times);
+  interleaved with a task that does nothing on a plain Celery app through the same Redis (the
+  floor Celery itself sets: benchmarks/transport_app.py);
 * throughput: 40 ten-page PDF jobs submitted at once, one worker with ``--concurrency`` 1 then 2
   (this machine has 2 cores, shared with the dispatcher and Redis);
 * transport: a 10 MB artifact as a base64 message argument (what today's callers send) versus a
@@ -22,12 +24,16 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -40,16 +46,19 @@ def dispatcher(env: dict[str, str]) -> Dispatcher:
     return Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"], blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"])))
 
 
-def overhead(env: dict[str, str], jobs: int = 30) -> dict[str, float]:
+def overhead(env: dict[str, str], plain: Any, jobs: int = 30) -> dict[str, float]:
     """Sequential 1-page PDF jobs on the fleet, interleaved with the same jobs in-process (fresh
-    bytes each, so no job is answered from an earlier one): the overhead against in-process is
-    the difference of the medians, and the round trip less the worker's own time in the job is
-    given too (it leaves out what the fleet does inside the job: progress, the record's writes)."""
+    bytes each, so no job is answered from an earlier one) and with a do-nothing task on a plain
+    Celery app (``plain``, :func:`plain_celery`) through the same Redis: the overhead against
+    in-process is the difference of the medians; the round trip less the worker's own time in the
+    job is given too (it leaves out what the fleet does inside the job: progress, the record's
+    writes); the plain round trip is the floor that Celery itself sets on this machine."""
     d = dispatcher(env)
     local = Dispatcher(Settings(blob_root=Path(tempfile.mkdtemp(prefix="mf-bench-local-"))))
     d.submit(make_pdf(1, salt="warm")).bundle(timeout=120)
     local.submit(make_pdf(1, salt="warm")).bundle()
-    rounds, inside, here = [], [], []
+    plain.send_task("bench.noop", args=[0]).get(timeout=60)
+    rounds, inside, here, bare = [], [], [], []
     for i in range(jobs):
         data = make_pdf(1, salt=f"o{i}-")
         start = time.perf_counter()
@@ -62,10 +71,14 @@ def overhead(env: dict[str, str], jobs: int = 30) -> dict[str, float]:
         start = time.perf_counter()
         local.submit(same).bundle()
         here.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        plain.send_task("bench.noop", args=[i]).get(timeout=60)
+        bare.append(time.perf_counter() - start)
     return {"round_trip_ms": statistics.median(rounds) * 1000, "in_worker_ms": statistics.median(inside) * 1000,
             "in_process_ms": statistics.median(here) * 1000,
             "overhead_vs_in_process_ms": (statistics.median(rounds) - statistics.median(here)) * 1000,
-            "overhead_ms": (statistics.median(rounds) - statistics.median(inside)) * 1000}
+            "overhead_ms": (statistics.median(rounds) - statistics.median(inside)) * 1000,
+            "plain_celery_noop_ms": statistics.median(bare) * 1000}
 
 
 def throughput(env: dict[str, str], jobs: int = 40, pages: int = 10, salt: str = "") -> float:
@@ -81,7 +94,10 @@ def throughput(env: dict[str, str], jobs: int = 40, pages: int = 10, salt: str =
     return jobs / (time.perf_counter() - start)
 
 
-def transport(env: dict[str, str], size: int = 10 * 1024 * 1024, repeat: int = 5) -> dict[str, float]:
+@contextmanager
+def plain_celery(env: dict[str, str]) -> Iterator[Any]:
+    """A plain Celery worker (benchmarks/transport_app.py, one prefork process) on the fleet's
+    Redis, on a queue of its own; yields its app (the mediafleet worker ignores its queue)."""
     worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchmarks.transport_app", "worker",
                                "--concurrency=1", "--loglevel=WARNING", "--hostname=transport@%h"],
                               env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -92,23 +108,28 @@ def transport(env: dict[str, str], size: int = 10 * 1024 * 1024, repeat: int = 5
 
         app = transport_app.app
         deadline = time.monotonic() + 60
-        while not app.control.ping(timeout=0.5) and time.monotonic() < deadline:
+        while not app.control.ping(destination=[f"transport@{socket.gethostname()}"], timeout=0.5) \
+                and time.monotonic() < deadline:
             pass
-        data = os.urandom(size)
-        store = LocalBlobStore(Path(env["MEDIAFLEET_BLOB_ROOT"]))
-        inline_t, ref_t = [], []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            app.send_task("bench.inline", args=[base64.b64encode(data).decode()]).get(timeout=120)
-            inline_t.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            digest = store.put_bytes(data)  # what the dispatcher does: store once, send the digest
-            app.send_task("bench.by_reference", args=[digest]).get(timeout=120)
-            ref_t.append(time.perf_counter() - start)
-        return {"inline_ms": statistics.median(inline_t) * 1000, "by_reference_ms": statistics.median(ref_t) * 1000}
+        yield app
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+
+
+def transport(env: dict[str, str], app: Any, size: int = 10 * 1024 * 1024, repeat: int = 5) -> dict[str, float]:
+    data = os.urandom(size)
+    store = LocalBlobStore(Path(env["MEDIAFLEET_BLOB_ROOT"]))
+    inline_t, ref_t = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        app.send_task("bench.inline", args=[base64.b64encode(data).decode()]).get(timeout=120)
+        inline_t.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        digest = store.put_bytes(data)  # what the dispatcher does: store once, send the digest
+        app.send_task("bench.by_reference", args=[digest]).get(timeout=120)
+        ref_t.append(time.perf_counter() - start)
+    return {"inline_ms": statistics.median(inline_t) * 1000, "by_reference_ms": statistics.median(ref_t) * 1000}
 
 
 SPEECH = ROOT / "tests" / "data" / "speech.flac"
@@ -172,10 +193,10 @@ def main(argv: list[str] | None = None) -> None:
     moved: dict[str, float] | None = None
     speech: dict[str, float] | None = None
     if parts & {"overhead", "throughput", "transport"}:
-        with fleet(workers=1, concurrency=1) as env:
-            over = overhead(env, jobs=args.jobs) if "overhead" in parts else None
+        with fleet(workers=1, concurrency=1) as env, plain_celery(env) as plain:
+            over = overhead(env, plain, jobs=args.jobs) if "overhead" in parts else None
             tput1 = throughput(env, salt="a") if "throughput" in parts else None
-            moved = transport(env) if "transport" in parts else None
+            moved = transport(env, plain) if "transport" in parts else None
     if "throughput" in parts:
         with fleet(workers=1, concurrency=2) as env:
             tput2 = throughput(env, salt="b")
@@ -189,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             ("fleet overhead per job (round trip less the worker's job)", f"{over['overhead_ms']:.1f} ms"),
             ("same job in-process (submit -> bundle, interleaved)", f"{over['in_process_ms']:.1f} ms"),
             ("fleet overhead per job against in-process", f"{over['overhead_vs_in_process_ms']:.1f} ms"),
+            ("plain Celery, a task that does nothing (same Redis, interleaved)", f"{over['plain_celery_noop_ms']:.1f} ms"),
         ]
     if tput1 is not None and tput2 is not None:
         rows += [

@@ -1,8 +1,12 @@
-"""A two-task Celery app for benchmarks/bench_fleet.py: the same 10 MB artifact inline or by reference.
+"""A plain Celery app for benchmarks/bench_fleet.py: the same 10 MB artifact inline or by reference,
+and a task that does nothing (the floor of a Celery round trip on this machine).
 
 ``inline`` gets the bytes base64-encoded in the message (what today's callers send to sidecars);
 ``by_reference`` gets a digest and reads the bytes from mediafleet's blob store, re-hashing them as
-a worker does. Both return the sha256, so both do the same useful work on arrival.
+a worker does. Both return the sha256, so both do the same useful work on arrival. ``noop`` returns
+its argument: what is left is Celery's own path (the message sent, taken by the worker, handed to
+its pool process, the result stored and published), with the fleet's settings that bear on it
+(JSON, a prefork pool, prefetch 1, late acknowledgement).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from celery import Celery
 from mediafleet.blobstore import LocalBlobStore
 
 app = Celery("bench-transport", broker=os.environ["MEDIAFLEET_BROKER_URL"], backend=os.environ["MEDIAFLEET_BROKER_URL"])
-app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json", worker_prefetch_multiplier=1)
+app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json", worker_prefetch_multiplier=1,
+                task_acks_late=True)
 store = LocalBlobStore(Path(os.environ["MEDIAFLEET_BLOB_ROOT"]))
 
 
@@ -30,3 +35,8 @@ def inline(data_b64: str) -> str:
 def by_reference(digest: str) -> str:
     with store.verified_path(digest) as path:
         return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@app.task(name="bench.noop")
+def noop(value: int) -> int:
+    return value
