@@ -38,8 +38,8 @@ from mediafleet.jobstore import JobStore
 from mediafleet.presence import HEARTBEAT_S, TTL_S, Announcer
 from mediafleet.settings import Settings
 
-__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "WorkerRetired", "boot_worker", "held_jobs", "recover_lost", "release_held", "stop_worker",
-           "worker_lifecycle"]
+__all__ = ["BootRefused", "Steadiness", "WorkerOptions", "WorkerRetired", "boot_worker", "held_jobs", "recover_lost",
+           "release_held", "stop_worker", "worker_lifecycle"]
 
 log = logging.getLogger("mediafleet.worker")
 
