@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     moved: dict[str, float] | None = None
     speech: dict[str, float] | None = None
     if parts & {"overhead", "throughput", "transport"}:
-        with fleet(workers=1, concurrency=1) as env, plain_celery(env) as plain:
+        # the plain Celery worker only for the parts that use it (not idle beside the throughput jobs)
+        with fleet(workers=1, concurrency=1) as env, \
+                (plain_celery(env) if parts & {"overhead", "transport"} else nullcontext()) as plain:
             over = overhead(env, plain, jobs=args.jobs) if "overhead" in parts else None
             tput1 = throughput(env, salt="a") if "throughput" in parts else None
             moved = transport(env, plain) if "transport" in parts else None

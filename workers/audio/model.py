@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -28,7 +30,7 @@ from mediafleet.contract.digests import hash_file
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
 from mediafleet.workers.audio.memory import one_arena
-from mediafleet.workers.engines import EngineConfig, engine_config, machine_fault, mark_broken
+from mediafleet.workers.engines import EngineConfig, configure, engine_config, machine_fault, mark_broken
 from mediafleet.workers.gpu import visible_gpus
 
 __all__ = ["SETTING", "Whisper", "check_device", "gpu_run_fault", "model_dir", "model_ref", "whisper"]
@@ -198,9 +200,6 @@ def gpu_run_fault(folder: Path) -> str | None:
     forks) never creates a CUDA context. The reason is public (the machine's fault as
     :func:`mediafleet.workers.engines.machine_fault` names it); the engine's own words go to the log.
     """
-    import subprocess
-    import sys
-
     try:
         done = subprocess.run([sys.executable, "-c", _RUN_ON_GPU, str(folder)], capture_output=True, text=True,
                               timeout=_GPU_RUN_TIMEOUT_S, check=False)
@@ -217,11 +216,7 @@ def gpu_run_fault(folder: Path) -> str | None:
 
 def _run_once_on_gpu() -> None:
     """The child's side of :func:`gpu_run_fault` (``argv[1]``: the model folder)."""
-    import sys
-
     import numpy as np
-
-    from mediafleet.workers.engines import configure
 
     configure(EngineConfig(device=DeviceClass.GPU, threads=1, whisper_model_dir=Path(sys.argv[1])))
     try:
