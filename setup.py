@@ -1,10 +1,12 @@
-"""The two compiled parts, both optional; everything else is in pyproject.toml.
+"""The three compiled parts, all optional; everything else is in pyproject.toml.
 
 * ``workers/pdf/_stext.c``: the PDF text layer's reader of MuPDF's text lines. It reads MuPDF's
   structs, so it is compiled against the headers that PyMuPDF's wheel ships
   (``pymupdf/mupdf-devel/include``; PyMuPDF is a build requirement for that).
 * ``workers/_xycut.c``: the XY-cut reading order. Its arithmetic must round as Python's does, so
   nothing is contracted into fused multiply-adds.
+* ``workers/video/_sharp.c``: a video frame's sharpness (the variance of its Laplacian) in one
+  pass, with the same double operations as the OpenCV form, so nothing is contracted there either.
 
 Without a C compiler or Python's headers (or PyMuPDF's, for the first), the package installs
 without them, and the same results come from the Python forms (README: PDF, speed).
@@ -28,7 +30,9 @@ def _mupdf_include() -> Path | None:
 
 def _extensions() -> list[Extension]:
     built = [Extension("mediafleet.workers._xycut", ["workers/_xycut.c"], extra_compile_args=["-ffp-contract=off"],
-                       optional=True)]
+                       optional=True),
+             Extension("mediafleet.workers.video._sharp", ["workers/video/_sharp.c"],
+                       extra_compile_args=["-ffp-contract=off"], optional=True)]
     include = _mupdf_include()
     if include is not None:
         built.append(Extension("mediafleet.workers.pdf._stext", ["workers/pdf/_stext.c"], include_dirs=[str(include)],

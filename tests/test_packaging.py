@@ -139,17 +139,20 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
 
 
 def test_the_wheel_carries_the_c_extensions_where_they_can_be_built(wheel: Path) -> None:
-    """The PDF path's two C extensions (setup.py) are compiled into the wheel wherever this
-    install could build them (it did, in place: tests/test_pdf_speed_paths.py checks that)."""
+    """The three C extensions (setup.py: the PDF path's two, the video frame's sharpness) are
+    compiled into the wheel wherever this install could build them (it did, in place:
+    tests/test_pdf_speed_paths.py and tests/test_video_analysis.py check that)."""
     from mediafleet.workers import reading_order
     from mediafleet.workers.pdf import mupdf
+    from mediafleet.workers.video import shots
 
-    if reading_order._xycut is None or mupdf._stext is None:
+    if reading_order._xycut is None or mupdf._stext is None or shots._sharp is None:
         pytest.skip("this install has no C extensions (no C compiler or headers when it was installed)")
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    assert {f"mediafleet/workers/_xycut{suffix}", f"mediafleet/workers/pdf/_stext{suffix}"} <= set(names)
+    assert {f"mediafleet/workers/_xycut{suffix}", f"mediafleet/workers/pdf/_stext{suffix}",
+            f"mediafleet/workers/video/_sharp{suffix}"} <= set(names)
     assert not any(n.endswith(".c") for n in names)  # the sources stay in the sdist
 
 

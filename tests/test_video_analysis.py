@@ -31,7 +31,8 @@ from mediafleet.workers.video import decode
 from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.probe import open_video
 from mediafleet.workers.video.combined import frame_signals
-from mediafleet.workers.video.shots import AnalysisFrames, SignalFrames, grey_sharpness, resize_rows
+from mediafleet.workers.video import shots
+from mediafleet.workers.video.shots import AnalysisFrames, SignalFrames, grey_sharpness, resize_rows, signal_size
 from tests.clips import scene_frame
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
@@ -178,6 +179,21 @@ def test_signal_frames_are_the_picture_s_luma_and_colours(colorspace: int, kr: f
     assert sharp == grey_sharpness(signals.grey) > 0
 
 
+@pytest.mark.parametrize(("size", "expected"), [
+    ((640, 360), (320, 180)), ((360, 640), (180, 320)), ((854, 480), (427, 240)), ((720, 576), (360, 288)),
+    ((895, 503), (447, 251)), ((512, 288), (256, 144)),  # halved once: 512 to 895 pixels long
+    ((896, 504), (256, 144)), ((1280, 720), (256, 144)), ((1920, 1080), (256, 144)), ((511, 287), (256, 144)),
+    ((320, 180), (256, 144)), ((200, 112), (200, 112)),  # elsewhere PySceneDetect's ~256 pixels; smaller whole
+])
+def test_signal_size_halves_once_from_512_to_895_pixels(size: tuple[int, int], expected: tuple[int, int]) -> None:
+    reduce = SignalFrames(*size)
+    assert signal_size(*size) == reduce.size == expected
+    assert reduce.halved is (512 <= max(size) < 896)
+    assert reduce.factor == size[0] / expected[0]
+    if not reduce.halved:
+        assert reduce.size == AnalysisFrames(*size).size
+
+
 @pytest.mark.parametrize("fmt", ["nv12", "yuv420p10le", "rgb24", "gray", "yuv422p", "yuvj420p"])
 def test_other_pixel_formats_give_the_planar_path_s_signals(fmt: str) -> None:
     """Up to their resampling filters (swscale's and OpenCV's), so on a picture without fine detail."""
@@ -196,15 +212,67 @@ def test_other_pixel_formats_give_the_planar_path_s_signals(fmt: str) -> None:
         assert np.abs(other.thumb - planar.thumb).mean() < 4.0
 
 
-def test_signal_frames_on_decoded_video_are_the_exact_frame_s_grey(tmp_path: Path) -> None:
-    """On real decoded frames the grey frame is what the exact analysis frame gives in grey, up to
-    rounding and the 1-2 levels swscale's fast converter loses (it rounds down), and the
+def _exact_sharpness(grey: np.ndarray) -> float:
+    """The rule itself: OpenCV's Laplacian, its sum and sum of squares as Python integers."""
+    values = [int(v) for v in cv2.Laplacian(grey, cv2.CV_16S).ravel()]
+    n = len(values)
+    mean = sum(values) / n
+    return sum(v * v for v in values) / n - mean * mean
+
+
+def test_sharpness_is_the_exact_variance_of_the_laplacian_in_c_and_numpy() -> None:
+    """Both forms (the C pass where it was built, 64-bit sums of OpenCV's Laplacian otherwise) give
+    the exact value on every small size (the reflected borders of 1- and 2-pixel sides), on large
+    random frames, on views with padded rows, and at the extremes of the Laplacian."""
+    rng = np.random.default_rng(11)
+    frames = [rng.integers(0, 256, (h, w), dtype=np.uint8) for h in range(1, 7) for w in range(1, 7) for _ in range(3)]
+    frames += [rng.integers(0, 256, (int(h), int(w)), dtype=np.uint8) for h, w in rng.integers(1, 400, (30, 2))]
+    frames += [rng.integers(0, 256, (37, 300), dtype=np.uint8)[:, 7:260] for _ in range(5)]  # strided rows
+    checker = np.indices((9, 2100)).sum(axis=0) % 2 * 255  # every inner pixel at +-1020: the widest chunk sums
+    frames += [checker.astype(np.uint8), np.zeros((4, 4), np.uint8), np.full((3, 5), 255, np.uint8)]
+    for grey in frames:
+        exact = _exact_sharpness(grey)
+        assert shots._numpy_sharpness(grey) == exact, grey.shape
+        if shots._sharp is not None:
+            assert shots._sharp.variance(grey) == exact, grey.shape
+        assert grey_sharpness(grey) == exact
+
+
+def test_the_c_sharpness_reads_only_2d_byte_frames() -> None:
+    if shots._sharp is None:
+        pytest.skip("built without a C compiler: the numpy form is used")
+    for other in (np.zeros((4, 4), np.float32), np.zeros((4, 4, 3), np.uint8), np.zeros(5, np.uint8),
+                  np.zeros((4, 4), np.uint8)[:, ::2], b"not a frame", np.zeros((0, 4), np.uint8)):
+        assert shots._sharp.variance(other) is None
+
+
+def test_the_c_sharpness_was_built_where_a_compiler_was() -> None:
+    import shutil
+    import sysconfig
+
+    has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    if not (shutil.which("cc") or shutil.which("gcc")) or not has_headers:
+        pytest.skip("no C compiler or Python headers here: the package installs without the C pass")
+    assert shots._sharp is not None, "installed with a C compiler, but workers/video/_sharp.c was not built"
+
+
+@pytest.mark.parametrize(("size", "halved"), [((640, 360), True), ((1280, 720), False)])
+def test_signal_frames_on_decoded_video_are_the_exact_frame_s_grey(tmp_path: Path, size: tuple[int, int],
+                                                                   halved: bool) -> None:
+    """On real decoded frames the grey frame is what the exact frame gives in grey at the analysis
+    size (PySceneDetect's analysis frame, or the full-size frame halved where the planes are), up
+    to rounding and the 1-2 levels swscale's fast converter loses (it rounds down), and the
     thumbnails agree."""
-    clip = write_clip(tmp_path / "c.mp4", [(0, 10), (3, 10)], size=(640, 360))
-    exact, reduce = AnalysisFrames(640, 360), SignalFrames(640, 360)
+    clip = write_clip(tmp_path / "c.mp4", [(0, 10), (3, 10)], size=size)
+    exact, reduce = AnalysisFrames(*size), SignalFrames(*size)
+    assert reduce.halved is halved and reduce.size == signal_size(*size)
+    assert reduce.size == ((size[0] // 2, size[1] // 2) if halved else exact.size)
     with av.open(str(clip.path)) as container:
         for frame in container.decode(video=0):
-            small = exact.small(frame)
+            if halved:
+                small = cv2.resize(exact.bgr(frame), reduce.size, interpolation=cv2.INTER_AREA)
+            else:
+                small = exact.small(frame)
             grey = cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
             _, signals = reduce.signals(frame)
             difference = signals.grey.astype(np.int16) - grey

@@ -49,7 +49,7 @@ from mediafleet.workers.video.keyframes import Candidate, KeyframePicker, encode
 from mediafleet.workers.video.phash import near_duplicates, phash, phash_hex
 from mediafleet.workers.video.probe import Probe, open_video
 from mediafleet.workers.video.combined import Boundary
-from mediafleet.workers.video.shots import AnalysisFrames, build_segmenter
+from mediafleet.workers.video.shots import AnalysisFrames, Segmenter, build_segmenter
 from mediafleet.workers.video.speech import track_speech
 from mediafleet.workers.video.spec import SPEC
 
@@ -262,7 +262,7 @@ def _assemble(
     return out_shots, keyframes
 
 
-def producer(options: VideoOptions, spec_facts: dict[str, Any], analysis: AnalysisFrames, threads: int) -> Producer:
+def producer(options: VideoOptions, spec_facts: dict[str, Any], detector: Segmenter, threads: int) -> Producer:
     """What made the shots and keyframes; a transcript joined in later adds its model and engine."""
     return Producer(
         engine="scenedetect",
@@ -273,9 +273,9 @@ def producer(options: VideoOptions, spec_facts: dict[str, Any], analysis: Analys
         options={
             **options.model_dump(mode="json"),
             **spec_facts,
-            "analysis_width": analysis.size[0],
-            "analysis_height": analysis.size[1],
-            "downscale_factor": analysis.factor,
+            "analysis_width": detector.size[0],
+            "analysis_height": detector.size[1],
+            "downscale_factor": detector.factor,
             "keyframe_rule": "sharpest of the n/8-n/4 frame bucket holding the shot's middle frame",
             "decoder": _decoder(),
             "threads": threads,
@@ -347,5 +347,5 @@ def extract_keyframes(
         shots=out_shots,
         keyframes=keyframes,
         speech=speech,
-        producer=producer(options, spec.provenance(), analysis, threads),
+        producer=producer(options, spec.provenance(), detector, threads),
     )

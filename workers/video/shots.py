@@ -28,10 +28,16 @@ The combined detector is ours and needs no byte-exact PySceneDetect frame, so it
 planes instead (:class:`SignalFrames`): the luma plane resized linearly to the same analysis size
 (the grey frame: what converting to BGR and then to grey would give, without converting a single
 full-size pixel), the chroma planes to half that size, and the ~64-px colour thumbnail made from
-those small planes. With its signals and sharpness that costs about 0.17 ms a 360p frame and 0.36 ms
-at 1080p (was 0.34 and 0.76 ms before the lazy signals and the batched hand-off; the exact frame
-with the same signals took 0.58 and 1.58 ms), measured the same way: best of 9 interleaved loops
-over the same decoded frames, one thread, a loaded 2-core machine.
+those small planes. Frames whose longer side is 512 to 895 pixels (360p, 480p, PAL) are halved
+once instead (pixel-pair means, OpenCV's fast area path: :func:`signal_size`), a grey frame 256 to
+447 pixels long where the linear resize to ~256 would read most rows anyway at twice the cost
+(360p: 0.12 against 0.15 ms a frame for the signals; at 720p and up the linear resize reads only
+the rows it blends and stays cheaper: 0.28 against 0.31 ms at 720p, 0.32 against 0.54 at 1080p;
+best of 5 loops over 40 decoded frames, one thread). With its signals and sharpness the 360p frame
+cost about 0.17 ms and 0.36 ms at 1080p before that (was 0.34 and 0.76 ms before the lazy signals
+and the batched hand-off; the exact frame with the same signals took 0.58 and 1.58 ms), measured
+the same way: best of 9 interleaved loops over the same decoded frames, one thread, a loaded
+2-core machine.
 """
 
 from __future__ import annotations
@@ -58,6 +64,11 @@ from mediafleet.workers.video.combined import (
     thumb_size,
 )
 
+try:
+    from mediafleet.workers.video import _sharp  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: the OpenCV form gives the same values
+    _sharp = None
+
 __all__ = [
     "AnalysisFrames",
     "DetectorSpec",
@@ -68,6 +79,7 @@ __all__ = [
     "grey_sharpness",
     "resize_rows",
     "sharpness",
+    "signal_size",
 ]
 
 DEFAULT_ADAPTIVE_THRESHOLD = 3.0
@@ -204,24 +216,52 @@ def _plane_pixels(plane: Any) -> np.ndarray:
     return np.ndarray((plane.height, plane.width), np.uint8, plane, 0, (plane.line_size, 1))
 
 
+def signal_size(width: int, height: int) -> tuple[int, int]:
+    """The combined detector's analysis frame for frames of this size: halved once (odd pixels
+    dropped) where the longer side is 512 to 895 pixels, else PySceneDetect's analysis size (the
+    longer side scaled to ~256 pixels)."""
+    if _HALVE_ONCE[0] <= max(width, height) < _HALVE_ONCE[1]:
+        return width // 2, height // 2
+    factor = compute_downscale_factor(max(width, height))
+    return (max(1, round(width / factor)), max(1, round(height / factor))) if factor > 1 else (width, height)
+
+
+# Longer sides halved once for the combined detector's grey frame: from twice PySceneDetect's ~256
+# pixels (so the frame is never smaller than its) to where halving reads more than the linear
+# resize costs (measured in the module's docstring).
+_HALVE_ONCE = (512, 896)
+
+
+def _halves_to(width: int, height: int, size: tuple[int, int]) -> bool:
+    """Whether halving (odd pixels dropped) turns a ``width`` x ``height`` plane into ``size``."""
+    while (width, height) != size:
+        if width // 2 < size[0] or height // 2 < size[1]:
+            return False
+        width, height = width // 2, height // 2
+    return True
+
+
 class SignalFrames:
     """Decoded frames -> the combined detector's :class:`FrameSignals` and the frame's sharpness,
     read from the YUV planes (in any thread, one call at a time; nothing is shared with the caller).
 
-    The grey frame is the luma plane resized with linear interpolation to the analysis size (the
-    exact frame's size) and, for studio range, stretched to 0-255: the grey the exact frame would
-    give (up to rounding), without converting the full-size frame. The chroma planes are resized to
-    twice the thumbnail's size (linear), then the thumbnail is halved from both (pixel-pair
-    means) and converted to BGR with the frame's own colour matrix and range. Frames in any other
-    pixel format (semi-planar, over 8 bits, RGB, grey) go through swscale to BGR at the analysis
-    size, whose luma under the frame's matrix is the grey frame.
+    The grey frame is the luma plane reduced to the analysis size (:func:`signal_size`: halved
+    once, or resized with linear interpolation) and, for studio range, stretched to 0-255: the grey
+    a BGR frame of that size would give (up to rounding), without converting the full-size frame.
+    The chroma planes are halved to the thumbnail's size where halving reaches it, else resized to
+    twice the thumbnail's size (linear) and halved; the thumbnail is the grey frame halved to the
+    same size with them, converted to BGR with the frame's own colour matrix and range. Frames in
+    any other pixel format (semi-planar, over 8 bits, RGB, grey) go through swscale to BGR at the
+    analysis size, whose luma under the frame's matrix is the grey frame.
     """
 
     def __init__(self, width: int, height: int) -> None:
-        factor = compute_downscale_factor(max(width, height))
-        self.size = (max(1, round(width / factor)), max(1, round(height / factor))) if factor > 1 else (width, height)
+        self.size = signal_size(width, height)
+        self.factor = width / self.size[0]
+        self.halved = _HALVE_ONCE[0] <= max(width, height) < _HALVE_ONCE[1]
         self.thumb = thumb_size(*self.size)
         self._chroma = (self.thumb[0] * 2, self.thumb[1] * 2) if self.thumb != self.size else self.thumb
+        self._chroma_halves: dict[tuple[int, int], bool] = {}  # by chroma plane size: halving reaches the thumb
         self._matrices: dict[tuple[int, bool], np.ndarray] = {}
         self._reformatter = VideoReformatter()
 
@@ -232,21 +272,32 @@ class SignalFrames:
             return self._converted(frame)
         y, u, v = frame.planes
         full = name.startswith("yuvj") or frame.color_range == 2
-        chroma = self._chroma
-        luma = cv2.resize(_plane_pixels(y), self.size, interpolation=cv2.INTER_LINEAR)
-        cb = cv2.resize(_plane_pixels(u), chroma, interpolation=cv2.INTER_LINEAR)
-        cr = cv2.resize(_plane_pixels(v), chroma, interpolation=cv2.INTER_LINEAR)
+        if self.halved:
+            luma = _halve_to(_plane_pixels(y), self.size)
+        else:
+            luma = cv2.resize(_plane_pixels(y), self.size, interpolation=cv2.INTER_LINEAR)
+        cb, cr = self._chroma_thumb(u), self._chroma_thumb(v)
         grey = luma if full else cv2.addWeighted(luma, _STRETCH, luma, 0.0, _STRETCH_OFFSET)
         key = (frame.colorspace, full)
         matrix = self._matrices.get(key)
         if matrix is None:
             matrix = self._matrices[key] = _yuv_to_bgr(*key)
         thumb_grey = _halve_to(grey, self.thumb)
-        if chroma != self.thumb:
-            cb, cr = _halve_to(cb, self.thumb), _halve_to(cr, self.thumb)
         thumb = cv2.transform(cv2.merge((thumb_grey, cb, cr)), matrix)
         mean, std = cv2.meanStdDev(thumb_grey)
         return grey_sharpness(grey), FrameSignals(grey, thumb, float(std[0, 0]), float(mean[0, 0]))
+
+    def _chroma_thumb(self, plane: Any) -> np.ndarray:
+        """A chroma plane at the thumbnail's size."""
+        pixels = _plane_pixels(plane)
+        shape = (plane.width, plane.height)
+        halves = self._chroma_halves.get(shape)
+        if halves is None:
+            halves = self._chroma_halves[shape] = _halves_to(*shape, self.thumb)
+        if halves:
+            return _halve_to(pixels, self.thumb)
+        pixels = cv2.resize(pixels, self._chroma, interpolation=cv2.INTER_LINEAR)
+        return pixels if self._chroma == self.thumb else _halve_to(pixels, self.thumb)
 
     def _converted(self, frame: Any) -> tuple[float, FrameSignals]:
         """Another pixel format: swscale's BGR at the analysis size, and its luma under the frame's
@@ -276,12 +327,25 @@ def sharpness(small_bgr: np.ndarray, grey: np.ndarray | None = None) -> float:
 
 
 def grey_sharpness(grey: np.ndarray) -> float:
-    """Variance of the Laplacian of a grey frame: mean square less squared mean, from OpenCV's
-    vectorised sum and sum of squares (``meanStdDev`` on 16-bit pixels costs about 1.5x as much)."""
-    laplacian = cv2.Laplacian(grey, cv2.CV_16S)
+    """Variance of the Laplacian of a grey frame: mean square less squared mean, from exact integer
+    sums (OpenCV's 16-bit Laplacian with its 1-pixel aperture and reflected border).
+
+    In one C pass where the package was built with a C compiler (``workers/video/_sharp.c``, about
+    0.4x the time of OpenCV's Laplacian and sums on a 320x180 frame), else from OpenCV's Laplacian
+    summed in 64-bit integers: the same value either way. (OpenCV's own sum of squares, ``cv2.norm``,
+    goes through a square root and back, which moves the last bits.)"""
+    if _sharp is not None:
+        value: float | None = _sharp.variance(grey)
+        if value is not None:
+            return value
+    return _numpy_sharpness(grey)
+
+
+def _numpy_sharpness(grey: np.ndarray) -> float:
+    laplacian = cv2.Laplacian(grey, cv2.CV_16S).astype(np.int64)
     n = laplacian.size
-    mean = cv2.sumElems(laplacian)[0] / n
-    return float(cv2.norm(laplacian, cv2.NORM_L2SQR) / n - mean * mean)
+    mean = int(laplacian.sum()) / n
+    return float(int(np.dot(laplacian.ravel(), laplacian.ravel())) / n - mean * mean)
 
 
 class _OnePassScore:
@@ -352,9 +416,12 @@ def build_detector(options: VideoOptions) -> tuple[Any, DetectorSpec]:
 class Segmenter(Protocol):
     """A shot detector as the extractor drives it: per decoded frame, ``prepare`` (any thread: the
     frame's sharpness and what ``push`` needs) then ``push`` (in order); ``take`` hands over the
-    segment starts decided so far; frames before ``settled`` have their segment decided."""
+    segment starts decided so far; frames before ``settled`` have their segment decided. ``size``
+    is its analysis frame's (width, height) and ``factor`` the frame's width over that width."""
 
     settled: int
+    size: tuple[int, int]
+    factor: float
 
     def prepare(self, frame: Any) -> tuple[float, Any]: ...
     def push(self, index: int, prepared: Any) -> None: ...
@@ -370,6 +437,7 @@ class _SceneDetectSegmenter:
         self.detector = detector
         self.rate = rate
         self.analysis = analysis
+        self.size, self.factor = analysis.size, analysis.factor
         self.lookback = detector.event_buffer_length
         self.settled = 0
         self._timecode: FrameTimecode | None = None
@@ -398,6 +466,7 @@ class _CombinedSegmenter:
     def __init__(self, detector: CombinedDetector, frames: SignalFrames) -> None:
         self.detector = detector
         self.frames = frames
+        self.size, self.factor = frames.size, frames.factor
         # The detector's own methods, bound once (each runs once a frame).
         self.prepare = frames.signals
         self.push = detector.push
@@ -417,7 +486,8 @@ def build_segmenter(options: VideoOptions, width: int, height: int, rate: Fracti
         spec = DetectorSpec("mediafleet.CombinedDetector", combined.CUT_RATIO, 1, (
             ("lookahead_frames", combined.LOOKAHEAD), ("max_transition_frames", longest),
             ("signals", "content, pixels, histogram, perceptual hash, edges, contrast"),
-            ("analysis_frame", f"luma and chroma planes resized (linear), thumbnail {frames.thumb[0]}x{frames.thumb[1]}"),
+            ("analysis_frame", f"luma plane {'halved once' if frames.halved else 'resized (linear)'} to "
+                               f"{frames.size[0]}x{frames.size[1]}, thumbnail {frames.thumb[0]}x{frames.thumb[1]}"),
         ))
         return _CombinedSegmenter(CombinedDetector(longest), frames), spec
     detector, spec = build_detector(options)
