@@ -7,7 +7,7 @@ frames need ``pix``, a moving one's rarely; the histogram only near a weak conte
 recent frames the detector holds, with the same values as measuring them every frame:
 
 * **content**: the mean absolute colour change between consecutive frames on a ~64-pixel thumbnail
-  (``mad``), and the share of analysis-frame pixels whose grey level moved by more than
+  (56-111 pixels on its longer side: 80 at 360p; ``mad``), and the share of analysis-frame pixels whose grey level moved by more than
   :data:`PIXEL_DELTA` (``pix``: a line added to a slide moves 1-3 % of the pixels, and nothing else
   does between two stills);
 * **histogram**: the total-variation distance between consecutive 8x8x8 colour histograms of the
@@ -67,7 +67,7 @@ __all__ = [
 TransitionKind = Literal["dissolve", "fade", "wipe"]
 
 LOOKAHEAD = 6  # frames a decision waits for; also the longest flash that is never a cut
-THUMB = 64  # the thumbnail's longer side, about (the analysis frame halved until it is under 112 pixels)
+THUMB = 64  # the thumbnail's longer side, about: the analysis frame halved until it is under 112 pixels (56-111)
 PIXEL_DELTA = 24  # grey levels a pixel must move to count in ``pix``
 # Cuts: the content step against the largest of the two frames either side (+ a noise floor).
 CUT_RATIO = 2.5
