@@ -7,8 +7,8 @@ frames need ``pix``, a moving one's rarely; the histogram only near a weak conte
 recent frames the detector holds, with the same values as measuring them every frame:
 
 * **content**: the mean absolute colour change between consecutive frames on a ~64-pixel thumbnail
-  (56-111 pixels on its longer side: 80 at 360p; ``mad``), and the share of analysis-frame pixels whose grey level moved by more than
-  :data:`PIXEL_DELTA` (``pix``: a line added to a slide moves 1-3 % of the pixels, and nothing else
+  (56-111 pixels on its longer side: 80 at 360p; ``mad``), and the share of analysis-frame pixels
+  whose grey level moved by more than :data:`PIXEL_DELTA` (``pix``: a line added to a slide moves 1-3 % of the pixels, and nothing else
   does between two stills);
 * **histogram**: the total-variation distance between consecutive 8x8x8 colour histograms of the
   thumbnail (blind to motion: a pan keeps its histogram, a cut does not);
