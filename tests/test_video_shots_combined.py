@@ -1,6 +1,10 @@
 """The combined shot detector's known answers on small generated clips: a cut between near-identical
 slides at its exact frame, dissolves and fades reported as transitions with their frames, and no
-boundary for a flash, fast motion or a fade to black inside a shot; then the result and its loci."""
+boundary for a flash, fast motion or a fade to black inside a shot; then the result and its loci.
+
+The clips are drawn at 320x180 and written at that size and at twice it, 640x360, where the
+detector reads the decoded planes halved once instead of resized (``shots.signal_size``): the same
+answers either way."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pytest
 
@@ -23,13 +28,20 @@ LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 W, H = 320, 180
 
 
-def write_frames(path: Path, frames: list[np.ndarray], rate: int = 25) -> Path:
-    """RGB frames as H.264 (CRF 18), one after another."""
+# Both ways the detector reduces a frame: resized linearly (320x180) and halved once (640x360).
+SCALES = pytest.mark.parametrize("scale", [1, 2], ids=["320x180", "640x360-halved"])
+
+
+def write_frames(path: Path, frames: list[np.ndarray], rate: int = 25, scale: int = 1) -> Path:
+    """RGB frames as H.264 (CRF 18), one after another, drawn at W x H and written ``scale`` times
+    that size."""
     out = av.open(str(path), "w")
     stream = out.add_stream("libx264", rate=rate)
-    stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+    stream.width, stream.height, stream.pix_fmt = W * scale, H * scale, "yuv420p"
     stream.options = {"crf": "18", "preset": "ultrafast"}
     for index, image in enumerate(frames):
+        if scale != 1:
+            image = cv2.resize(image, (W * scale, H * scale), interpolation=cv2.INTER_LINEAR)
         frame = av.VideoFrame.from_ndarray(image, format="rgb24")
         frame.pts, frame.time_base = index, Fraction(1, rate)
         for packet in stream.encode(frame):
@@ -82,10 +94,11 @@ def test_the_default_detector_is_the_combined_one_and_says_so() -> None:
         VideoOptions(detector="combined", content_threshold=30.0)
 
 
-def test_a_cut_between_near_identical_slides_is_found_at_its_frame(tmp_path: Path) -> None:
+@SCALES
+def test_a_cut_between_near_identical_slides_is_found_at_its_frame(tmp_path: Path, scale: int) -> None:
     """Slide 2 is slide 1 with one more line of text; slide 3 one more again: both cuts, exactly."""
     frames = [slide(4)] * 40 + [slide(5)] * 40 + [slide(6)] * 40
-    result = run(write_frames(tmp_path / "slides.mp4", frames))
+    result = run(write_frames(tmp_path / "slides.mp4", frames, scale=scale))
     assert entries(result) == [(0, 39, None), (40, 79, None), (80, 119, None)]
     # PySceneDetect's detectors at their defaults see no cut at all here.
     for detector in ("adaptive", "content"):
@@ -93,10 +106,11 @@ def test_a_cut_between_near_identical_slides_is_found_at_its_frame(tmp_path: Pat
         assert len(other.shots) == 1
 
 
-def test_a_dissolve_is_a_transition_with_its_frames(tmp_path: Path) -> None:
+@SCALES
+def test_a_dissolve_is_a_transition_with_its_frames(tmp_path: Path, scale: int) -> None:
     a, b = scene(0, 60), scene(1, 60)
     frames = a[:40] + blend(a[40:55], b[:15]) + b[15:]  # frames 40..54 blend
-    result = run(write_frames(tmp_path / "dissolve.mp4", frames))
+    result = run(write_frames(tmp_path / "dissolve.mp4", frames, scale=scale))
     (s1, t, s2) = result.shots
     assert t.kind == "transition" and t.transition == "dissolve"
     assert (t.first_frame_index, t.last_frame_index) == (40, 54)  # exactly the blended frames
@@ -105,19 +119,21 @@ def test_a_dissolve_is_a_transition_with_its_frames(tmp_path: Path) -> None:
     assert [k.shot for k in result.keyframes] == [1, 3]  # a transition has no keyframe
 
 
-def test_a_fade_through_black_between_shots_is_one_fade(tmp_path: Path) -> None:
+@SCALES
+def test_a_fade_through_black_between_shots_is_one_fade(tmp_path: Path, scale: int) -> None:
     a, b = scene(2, 50), scene(3, 50)
     ramp = [max(0.0, 1 - (k + 1) / 8) for k in range(8)] + [0.0] * 2 + [(k + 1) / 9 for k in range(8)]
     middle = [(a[40 + min(k, 9)] if k < 10 else b[k - 10]) * r for k, r in enumerate(ramp)]
     frames = a[:40] + [m.round().astype(np.uint8) for m in middle] + b[8:]
-    result = run(write_frames(tmp_path / "fadeblack.mp4", frames))
+    result = run(write_frames(tmp_path / "fadeblack.mp4", frames, scale=scale))
     transitions = [s for s in result.shots if s.kind == "transition"]
     assert [s.transition for s in transitions] == ["fade"]
     assert abs(transitions[0].first_frame_index - 40) <= 1 and abs(transitions[0].last_frame_index - 57) <= 1
     assert len(result.shots) == 3
 
 
-def test_no_boundary_for_a_flash_fast_motion_or_a_fade_inside_a_shot(tmp_path: Path) -> None:
+@SCALES
+def test_no_boundary_for_a_flash_fast_motion_or_a_fade_inside_a_shot(tmp_path: Path, scale: int) -> None:
     flash = scene(4, 40)
     for k in (18, 19):
         flash[k] = np.clip(flash[k].astype(np.int16) + 180, 0, 255).astype(np.uint8)
@@ -127,7 +143,7 @@ def test_no_boundary_for_a_flash_fast_motion_or_a_fade_inside_a_shot(tmp_path: P
     ramp = np.concatenate([np.linspace(1, 0, 7), np.zeros(2), np.linspace(0, 1, 7)])
     for k, r in enumerate(ramp):
         inner[12 + k] = (inner[12 + k] * r).astype(np.uint8)
-    result = run(write_frames(tmp_path / "inside.mp4", flash + pan + inner))
+    result = run(write_frames(tmp_path / "inside.mp4", flash + pan + inner, scale=scale))
     assert entries(result) == [(0, 39, None), (40, 79, None), (80, 119, None)]
 
 
