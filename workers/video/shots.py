@@ -66,7 +66,7 @@ from mediafleet.workers.video.combined import (
 
 try:
     from mediafleet.workers.video import _sharp  # type: ignore[attr-defined]
-except ImportError:  # built without a C compiler: the OpenCV form gives the same values
+except ImportError:  # built without a C compiler: the numpy form gives the same values
     _sharp = None
 
 __all__ = [
@@ -227,8 +227,8 @@ def signal_size(width: int, height: int) -> tuple[int, int]:
 
 
 # Longer sides halved once for the combined detector's grey frame: from twice PySceneDetect's ~256
-# pixels (so the frame is never smaller than its) to where halving reads more than the linear
-# resize costs (measured in the module's docstring).
+# pixels (so the grey frame is never smaller than PySceneDetect's) to where halving, which reads
+# every row, costs more than the linear resize (measured in the module's docstring).
 _HALVE_ONCE = (512, 896)
 
 
