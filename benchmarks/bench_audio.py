@@ -117,7 +117,8 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     if mode.startswith("mediafleet"):
         from mediafleet import Dispatcher, Settings
 
-        dispatcher = Dispatcher(Settings(blob_root=Path(tempfile.mkdtemp(prefix="mf-bench-audio-"))))
+        blobs = tempfile.TemporaryDirectory(prefix="mf-bench-audio-")  # removed when the child ends
+        dispatcher = Dispatcher(Settings(blob_root=Path(blobs.name)))
         load = time.perf_counter()
         from mediafleet.workers.audio.model import whisper
 

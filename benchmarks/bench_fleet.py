@@ -54,7 +54,8 @@ def overhead(env: dict[str, str], plain: Any, jobs: int = 30) -> dict[str, float
     job is given too (it leaves out what the fleet does inside the job: progress, the record's
     writes); the plain round trip is the floor that Celery itself sets on this machine."""
     d = dispatcher(env)
-    local = Dispatcher(Settings(blob_root=Path(tempfile.mkdtemp(prefix="mf-bench-local-"))))
+    blobs = tempfile.TemporaryDirectory(prefix="mf-bench-local-")  # removed when this function returns
+    local = Dispatcher(Settings(blob_root=Path(blobs.name)))
     d.submit(make_pdf(1, salt="warm")).bundle(timeout=120)
     local.submit(make_pdf(1, salt="warm")).bundle()
     plain.send_task("bench.noop", args=[0]).get(timeout=60)

@@ -97,7 +97,8 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
     elif mode == "mediafleet":
         from mediafleet import Dispatcher, Settings
 
-        dispatcher = Dispatcher(Settings(blob_root=Path(tempfile.mkdtemp(prefix="mf-bench-long-"))))
+        blobs = tempfile.TemporaryDirectory(prefix="mf-bench-long-")  # removed when the child ends, after timing
+        dispatcher = Dispatcher(Settings(blob_root=Path(blobs.name)))
         bundle = dispatcher.submit(path).bundle()
         assert bundle.status == "ok", bundle.error
         loci = _loci(bundle)

@@ -46,7 +46,8 @@ _NEEDED = ("model.bin", "config.json", "tokenizer.json")
 # batches of 2 / 3 / 4 / 8, peaking at 377 / 452 / 574 / 866 MB; 30 minutes 61.1 / 60.0 / 58.5 CPU s
 # at 2 / 3 / 4, peaking at 408 / 475 / 573 MB (the text the same at every size). Against plain
 # batched faster-whisper (batches of 8), per CPU second on 10 minutes: 0.95x at 2, 0.99x at 3, 1.04x
-# at 4 (bench_audio, medians of 3): 4, for the speed aim, at about 575 MB.
+# at 4 (bench_audio, medians of 3): 4, for the speed aim, at about 580 MB in-process and 633 MB in
+# a worker on two hours (bench_long; 452 MB at 2).
 # GPU: more windows per call keep the device busy (16 on an H200: 227x real time on 10 minutes, 249x on
 # two hours, 727 MiB held on the GPU either way; other sizes were not compared there; README: GPU workers).
 _BATCH = {DeviceClass.CPU: 4, DeviceClass.GPU: 16}
