@@ -1,9 +1,13 @@
-"""Shared by tests: bundles compared without run times, loci checked as the engine does, waiting."""
+"""Shared by tests: bundles compared without run times, loci checked as the engine does, waiting,
+whether this install could build the optional C extensions."""
 
 from __future__ import annotations
 
+import shutil
+import sysconfig
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,3 +62,10 @@ def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str =
             return value
         time.sleep(0.05)
     pytest.fail(f"timed out waiting for {what}")
+
+
+def can_compile() -> bool:
+    """Whether an install here builds the optional C extensions (setup.py): a C compiler and the
+    Python headers are present. Where they are, the extensions must be built and in use."""
+    has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    return bool(shutil.which("cc") or shutil.which("gcc")) and has_headers

@@ -34,6 +34,7 @@ import yaml
 
 from mediafleet.jobstore import queue_lists
 from tests.conftest import ROOT, free_port
+from tests.helpers import can_compile
 
 DOCKER = ROOT / "docker"
 K8S = ROOT / "deploy" / "k8s"
@@ -154,10 +155,7 @@ def test_build_context_holds_what_the_images_copy() -> None:
 def test_smoke_test_passes_on_this_install() -> None:
     """The images' build-time check, run on this machine's venv (the CPU checks; the C extensions'
     check too where this install could build them, as the images can)."""
-    import sysconfig
-
-    compiled = bool(shutil.which("cc") or shutil.which("gcc")) and (
-        Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
+    compiled = can_compile()
     done = subprocess.run([sys.executable, str(DOCKER / "smoke.py"), *(["--c-reader"] if compiled else [])],
                           env=_env(HF_HUB_OFFLINE="1"), cwd=ROOT, capture_output=True, text=True, timeout=600,
                           check=False)

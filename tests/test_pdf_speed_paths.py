@@ -45,6 +45,7 @@ from mediafleet.workers import reading_order as reading_order_module
 from mediafleet.workers.reading_order import python_reading_order_indices, reading_order_indices
 
 from mediafleet import Dispatcher, Settings
+from tests.helpers import can_compile
 from tests.media import text_pdf
 
 
@@ -347,11 +348,7 @@ class _Declines:
 
 def test_the_c_reader_is_built_where_a_compiler_was() -> None:
     """The extensions are optional; where the install had a C compiler they must be there and in use."""
-    import shutil
-    import sysconfig
-
-    has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
-    if not (shutil.which("cc") or shutil.which("gcc")) or not has_headers:
+    if not can_compile():
         pytest.skip("no C compiler or Python headers here: the package installs without the C reader")
     assert mupdf_module._stext is not None, "installed with a C compiler, but workers/pdf/_stext.c was not built"
     assert mupdf_module._stext.MUPDF_VERSION == pymupdf.mupdf_version

@@ -34,6 +34,7 @@ from mediafleet.workers.video.combined import frame_signals
 from mediafleet.workers.video import shots
 from mediafleet.workers.video.shots import AnalysisFrames, SignalFrames, grey_sharpness, resize_rows, signal_size
 from tests.clips import scene_frame
+from tests.helpers import can_compile
 
 LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 # Coded sizes seen in the wild, portrait and odd ones included.
@@ -247,11 +248,7 @@ def test_the_c_sharpness_reads_only_2d_byte_frames() -> None:
 
 
 def test_the_c_sharpness_was_built_where_a_compiler_was() -> None:
-    import shutil
-    import sysconfig
-
-    has_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file()
-    if not (shutil.which("cc") or shutil.which("gcc")) or not has_headers:
+    if not can_compile():
         pytest.skip("no C compiler or Python headers here: the package installs without the C pass")
     assert shots._sharp is not None, "installed with a C compiler, but workers/video/_sharp.c was not built"
 

@@ -220,7 +220,7 @@ def signal_size(width: int, height: int) -> tuple[int, int]:
     """The combined detector's analysis frame for frames of this size: halved once (odd pixels
     dropped) where the longer side is 512 to 895 pixels, else PySceneDetect's analysis size (the
     longer side scaled to ~256 pixels)."""
-    if _HALVE_ONCE[0] <= max(width, height) < _HALVE_ONCE[1]:
+    if _halved_once(width, height):
         return width // 2, height // 2
     factor = compute_downscale_factor(max(width, height))
     return (max(1, round(width / factor)), max(1, round(height / factor))) if factor > 1 else (width, height)
@@ -230,6 +230,11 @@ def signal_size(width: int, height: int) -> tuple[int, int]:
 # pixels (so the grey frame is never smaller than PySceneDetect's) to where halving, which reads
 # every row, costs more than the linear resize (measured in the module's docstring).
 _HALVE_ONCE = (512, 896)
+
+
+def _halved_once(width: int, height: int) -> bool:
+    """Whether :func:`signal_size` halves frames of this size once (else it resizes them)."""
+    return _HALVE_ONCE[0] <= max(width, height) < _HALVE_ONCE[1]
 
 
 def _halves_to(width: int, height: int, size: tuple[int, int]) -> bool:
@@ -258,7 +263,7 @@ class SignalFrames:
     def __init__(self, width: int, height: int) -> None:
         self.size = signal_size(width, height)
         self.factor = width / self.size[0]
-        self.halved = _HALVE_ONCE[0] <= max(width, height) < _HALVE_ONCE[1]
+        self.halved = _halved_once(width, height)
         self.thumb = thumb_size(*self.size)
         self._chroma = (self.thumb[0] * 2, self.thumb[1] * 2) if self.thumb != self.size else self.thumb
         self._chroma_halves: dict[tuple[int, int], bool] = {}  # by chroma plane size: halving reaches the thumb
