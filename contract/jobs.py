@@ -73,6 +73,9 @@ class ExtractRequest(Strict):
     threads: Annotated[int, Field(ge=1)] | None = Field(
         None, description="engine threads the job runs with (they change Whisper's and OCR's numbers, so the job "
         "id names them); None: the worker's own setting")
+    speech_batch: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        None, description="speech windows Whisper decodes together (a word time can move by a frame with it, so "
+        "the job id names it where set); None: the device class's default (4 on a CPU, 16 on a GPU)")
 
 
 class Progress(Strict):

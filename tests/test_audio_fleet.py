@@ -34,6 +34,24 @@ def test_audio_through_the_fleet_equals_the_in_process_bundle(fleet_env, start_w
     assert assert_engine_valid(remote) == 2
 
 
+def test_a_worker_runs_a_job_at_the_whisper_batch_its_request_names(fleet_env, start_worker, tmp_path: Path) -> None:
+    """The worker's own setting is the default; the dispatcher's ``speech_batch`` travels in the
+    request and names the job: the fleet's bundle is the in-process one at that batch, not at 4."""
+    start_worker("--concurrency=1")
+    audio = (DATA / "speech.m4a").read_bytes()
+    fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs",
+                                speech_batch=1))
+    remote = fleet.submit(audio).bundle(timeout=300)
+    here = Dispatcher(Settings(blob_root=tmp_path / "local-blobs", speech_batch=1)).submit(audio).bundle()
+    default = Dispatcher(Settings(blob_root=tmp_path / "default-blobs")).submit(audio).bundle()
+    assert remote.status == "ok", remote.error
+    assert without_run(remote) == without_run(here)
+    assert remote.job_id != default.job_id
+    derivations = [{n.properties["evidence_locus"]["derivation_ref"] for n in bundle.nodes if n.node_type == "Evidence"}
+                   for bundle in (remote, default)]
+    assert derivations[0] and derivations[0].isdisjoint(derivations[1])  # the producer names the batch it ran
+
+
 def test_bad_audio_fails_and_the_worker_keeps_serving(fleet_env, start_worker, tmp_path: Path) -> None:
     start_worker("--concurrency=1")
     fleet = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))

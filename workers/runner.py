@@ -46,13 +46,15 @@ def _now() -> datetime:
 
 
 @contextmanager
-def _threads(threads: int | None) -> Iterator[None]:
-    """Run the job's engines on the request's thread count (part of its job id), then restore."""
+def _engines_for(request: ExtractRequest) -> Iterator[None]:
+    """Run the job's engines on the request's thread count and Whisper batch (both in its job id
+    where they change its numbers), then restore."""
     before = engine_config()
-    if threads is None or threads == before.threads:
+    threads = before.threads if request.threads is None else request.threads
+    if threads == before.threads and request.speech_batch == before.speech_batch:
         yield
         return
-    configure(replace(before, threads=threads))
+    configure(replace(before, threads=threads, speech_batch=request.speech_batch))
     try:
         yield
     finally:
@@ -92,7 +94,7 @@ def run_request(
         options = narrow(options_for(request, capability, manifest), request, capability, admits)
         extractor = load_extractor(capability)
         read_check = spec_for(capability.action).read_check
-        with store.verified_path(request.artifact.digest) as path, _threads(request.threads):
+        with store.verified_path(request.artifact.digest) as path, _engines_for(request):
             checks["digest_recomputed"] = True
             if not read_check.load()(path):
                 checks["read_whole"] = False  # e.g. MuPDF rebuilt a lost xref: ok, the claim not verified

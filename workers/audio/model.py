@@ -19,7 +19,7 @@ import logging
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -47,7 +47,8 @@ _NEEDED = ("model.bin", "config.json", "tokenizer.json")
 # at 2 / 3 / 4, peaking at 408 / 475 / 573 MB (the text the same at every size). Against plain
 # batched faster-whisper (batches of 8), per CPU second on 10 minutes: 0.95x at 2, 0.99x at 3, 1.04x
 # at 4 (bench_audio, medians of 3): 4, for the speed aim, at about 580 MB in-process and 633 MB in
-# a worker on two hours (bench_long; 452 MB at 2).
+# a worker on two hours (bench_long; 452 MB at 2). These are the defaults: a request's ``speech_batch``
+# (MEDIAFLEET_SPEECH_BATCH where it was submitted) sets another for its job (:func:`whisper`).
 # GPU: more windows per call keep the device busy (16 on an H200: 227x real time on 10 minutes, 249x on
 # two hours, 727 MiB held on the GPU either way; other sizes were not compared there; README: GPU workers).
 _BATCH = {DeviceClass.CPU: 4, DeviceClass.GPU: 16}
@@ -127,7 +128,10 @@ def whisper(config: EngineConfig | None = None) -> Whisper:
     with _lock:
         if key not in _loaded:
             _loaded[key] = _load(folder, config)
-        return _loaded[key]
+        engine = _loaded[key]
+    if config.speech_batch is not None and config.speech_batch != engine.batch_size:
+        return replace(engine, batch_size=config.speech_batch)  # the same model, the job's batch
+    return engine
 
 
 def _load(folder: Path, config: EngineConfig) -> Whisper:

@@ -126,6 +126,7 @@ class SpeechPart:
             device=audio.devices[0],
             part_of=PartOf(job_id=request.job_id, action=request.action, part=name),
             threads=request.threads,
+            speech_batch=request.speech_batch,
         )
         return request, {name: speech}
 
