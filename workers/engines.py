@@ -47,8 +47,11 @@ def engine_config() -> EngineConfig:
 
 #: The thread pools the engines' native libraries size from the environment when they load.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_THREAD_LIMIT")
-#: Engine modules whose native thread pools read :data:`THREAD_VARIABLES` as they load.
-_ENGINE_LIBRARIES = ("ctranslate2", "onnxruntime")
+#: Engine modules whose native thread pools read :data:`THREAD_VARIABLES` as they load: CTranslate2's
+#: OpenMP runtime. Not onnxruntime: its CPU build has no OpenMP and reads none of them (each session's
+#: threads are set where it is made: the OCR engine's, faster-whisper's VAD at one), so a program
+#: that imported it first (PyMuPDF 2 imports it) changes no number (``tests/test_engine_threads.py``).
+_ENGINE_LIBRARIES = ("ctranslate2",)
 
 
 def cap_threads(threads: int) -> None:
