@@ -43,8 +43,11 @@ from benchmarks.harness import ROOT, fleet, table, write_results  # noqa: E402
 from mediafleet import Dispatcher, LocalBlobStore, Settings  # noqa: E402
 
 
-def dispatcher(env: dict[str, str]) -> Dispatcher:
-    return Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"], blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"])))
+def dispatcher(env: dict[str, str], threads: int = 1) -> Dispatcher:
+    """A dispatcher of the fleet ``env`` finds; its jobs run on ``threads`` engine threads (the request
+    names them, whatever the worker's own setting)."""
+    return Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"], blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"]),
+                               threads=threads))
 
 
 def overhead(env: dict[str, str], plain: Any, jobs: int = 30) -> dict[str, float]:
@@ -167,7 +170,7 @@ def speech_fan_out(repeat: int = 5) -> dict[str, float]:
            (["--concurrency=1", "--queues=mf.transcribe_segments.cpu"], {"MEDIAFLEET_THREADS": "1"})]
     with tempfile.TemporaryDirectory(prefix="mf-bench-") as tmp, fleet(specs=one) as env1, fleet(specs=two) as env2:
         ways = {"in_process_s": Dispatcher(Settings(blob_root=Path(tmp), threads=2, broker_url=None)),
-                "one_worker_s": dispatcher(env1), "two_workers_s": dispatcher(env2)}
+                "one_worker_s": dispatcher(env1, threads=2), "two_workers_s": dispatcher(env2)}
         for d in ways.values():
             d.submit(video, options={"duplicate_distance": 16}).bundle(timeout=600)  # warm: models loaded
         times: dict[str, list[float]] = {name: [] for name in ways}
