@@ -401,8 +401,17 @@ class FleetJob(Job):
         cancelled = status == "REVOKED" or (record is not None and record.state == JobState.CANCELLED)
         if status == "SUCCESS" and not cancelled:
             return None
+        # A task that ended while no delivery of this submission had started (the claim forgets any
+        # earlier task's result) failed before its start: its worker could not read the request (one
+        # of another release, say) or reach the job's record. Nothing of it ran, and the record names
+        # no host to check it against.
+        unstarted = record is not None and record.state == JobState.QUEUED and record.attempts == 0
         if cancelled:
             error = PublicError(code=ErrorCode.CANCELLED, message="the job was cancelled")
+        elif unstarted:
+            error = PublicError(code=ErrorCode.WORKER_LOST, retryable=True,
+                                message="a worker failed the job before starting it (a worker of another release, "
+                                        "or one that could not read its request); it can be submitted again")
         elif type(info).__name__ == "TimeLimitExceeded":
             error = PublicError(code=ErrorCode.TIMEOUT, retryable=True,
                                 message=f"{request.action} ran past its hard time limit; its worker process was replaced")
@@ -412,7 +421,7 @@ class FleetJob(Job):
         outcome = Outcome.failed(request, error, _now())
         if record is None:
             return outcome
-        worker = getattr(result, "worker", None) if not cancelled else None
+        worker = getattr(result, "worker", None) if not cancelled and not unstarted else None
         if self._jobs.finish(outcome, seen_attempts=record.attempts, hostname=worker or None):
             return outcome
         after = self._jobs.get(request.job_id) if request.job_id != self.id else self._glance()

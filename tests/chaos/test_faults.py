@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mediafleet.contract import ErrorCode
-from tests.chaos.conftest import freeze, record_time, thaw
+from tests.chaos.conftest import dispatcher, freeze, record_time, thaw
 from tests.conftest import ROOT
 from tests.helpers import wait_for
 from tests.media import text_pdf
@@ -168,3 +168,32 @@ def test_a_refused_message_does_not_wedge_its_job(redis_server, start_worker, tm
     wait_for(lambda: refusals() > before, timeout=20, what="the worker to refuse the wrongly signed message")
     signed = _cli(["extract", str(other), "--json", "--timeout", "30"], {**base, **signing})
     assert signed.returncode == 0, signed.stderr
+
+
+def test_a_request_its_worker_cannot_read_does_not_wedge_its_job(fleet_env, start_worker,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dispatcher of a later release sends a request field this worker does not know (as in a
+    rolling upgrade): the worker's task fails before it starts the job, so no delivery owns the
+    record and it used to stay ``queued`` for its lifetime, its waiter polling in vain. Now the
+    waiter sees the task end with no delivery started and fails the job retryably at once; a
+    request the worker can read then runs."""
+    from mediafleet.contract.jobs import ExtractRequest
+
+    start_worker("--concurrency=1")
+    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
+    dump = ExtractRequest.model_dump
+
+    def later_release(self: ExtractRequest, *args: object, **kwargs: object) -> dict:
+        data = dump(self, *args, **kwargs)
+        return {**data, "a_field_of_a_later_release": 1} if kwargs.get("mode") == "json" else data
+
+    pdf = text_pdf(2)
+    with monkeypatch.context() as patched:
+        patched.setattr(ExtractRequest, "model_dump", later_release)
+        started = time.monotonic()
+        bundle = fleet.submit(pdf).bundle(timeout=60)
+    record_time("a request its worker could not read: failed retryably", time.monotonic() - started)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.WORKER_LOST and bundle.error.retryable
+    assert "another release" in bundle.error.message and "Traceback" not in bundle.error.message
+    again = fleet.submit(pdf).bundle(timeout=60)
+    assert again.status == "ok", again.error
