@@ -155,9 +155,9 @@ class Admission:
     def request(self, digest: str, size: int, media_type: str, capability: Capability,
                 options: dict[str, Any]) -> ExtractRequest:
         """The request an admitted artifact runs as, wherever it runs."""
-        numbers = self.job_numerics(capability, options)
+        numbers = self._numerics(capability, options)
         return ExtractRequest(
-            job_id=make_job_id(digest, capability.action, capability.extractor_version, dict(options), numbers),
+            job_id=self._job_id(digest, capability, options, numbers),
             action=capability.action,
             artifact=ArtifactRef(digest=digest, media_type=media_type, bytes=size, modality=capability.modality),
             options=options,
@@ -168,12 +168,15 @@ class Admission:
 
     def job_id_for(self, digest: str, capability: Capability, options: Mapping[str, Any]) -> str:
         """The job id this artifact, capability and options run as."""
-        return make_job_id(digest, capability.action, capability.extractor_version, dict(options),
-                           self.job_numerics(capability, options))
+        return self._job_id(digest, capability, options, self._numerics(capability, options))
 
-    def job_numerics(self, capability: Capability, options: Mapping[str, Any]) -> dict[str, Any]:
+    def _numerics(self, capability: Capability, options: Mapping[str, Any]) -> dict[str, Any]:
         """What of these settings changes this job's numbers (:func:`numerics`): named in its id."""
         return numerics(capability.action, options, self.settings.threads, self.settings.speech_batch)
+
+    @staticmethod
+    def _job_id(digest: str, capability: Capability, options: Mapping[str, Any], numbers: dict[str, Any]) -> str:
+        return make_job_id(digest, capability.action, capability.extractor_version, dict(options), numbers)
 
     def _device_for(self, capability: Capability) -> DeviceClass:
         """This process's device class when the capability allows it, else its preferred one."""
