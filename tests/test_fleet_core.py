@@ -107,6 +107,29 @@ def test_sending_a_task_opens_no_result_subscription(redis_server, tmp_path: Pat
 
 
 @pytest.mark.integration
+def test_a_task_result_is_stored_only_where_a_waiter_may_need_it(redis_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A plain job whose delivery wrote its outcome into the record and woke its waiters
+    (``in_record``) leaves no Celery result: every waiter reads the record. Any other task's summary
+    (a part's, a stale delivery's that wrote nothing) is stored, as the waiter's lost-worker and
+    dead-joiner checks read it."""
+    from mediafleet.workers.app import IN_RECORD, PUBLISHED
+
+    app = create_app(Settings(broker_url=f"redis://127.0.0.1:{redis_server.port}/15", blob_root=tmp_path))
+    client = app.backend.client
+    try:
+        app.backend.mark_as_done("mf-recorded", {"job_id": "mf-recorded", "status": "ok", IN_RECORD: True})
+        app.backend.mark_as_done("mf-part", {"job_id": "mf-part", "status": "ok", IN_RECORD: False})
+        assert client.get("celery-task-meta-mf-recorded") is None
+        assert app.AsyncResult("mf-part").state == "SUCCESS"
+        # A task that published progress had it stored as its result: removed, not left saying PROGRESS.
+        app.backend.store_result("mf-long", {"done": 1, "total": 3}, "PROGRESS")
+        app.backend.mark_as_done("mf-long", {"job_id": "mf-long", "status": "ok", IN_RECORD: True, PUBLISHED: True})
+        assert client.get("celery-task-meta-mf-long") is None
+    finally:
+        client.flushdb()
+
+
+@pytest.mark.integration
 def test_a_closed_watch_serves_the_next_waiter_and_a_discarded_one_does_not(jobs: JobStore) -> None:
     """A waiter's pub/sub connection goes back to the store when it is done (one connection for a
     dispatcher's sequential jobs, not a connect and handshake per job); only the channels the

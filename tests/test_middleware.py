@@ -27,6 +27,7 @@ from mediafleet.workers.middleware import (
     DeliveryCounting,
     DeliveryLimit,
     DiscoveryIndexing,
+    FinishedNotice,
     Middleware,
     OutcomeReporting,
     ProgressReporting,
@@ -269,7 +270,7 @@ def test_progress_is_published_and_recorded_with_the_actions_unit(jobs: JobStore
     delivery.publish = published.append
     DeliveryCounting().before_run(delivery)
     assert ProgressReporting().on_progress(delivery, 2, 3) is True
-    assert published == [{"done": 2, "total": 3, "unit": "pages"}]
+    assert published == [{"done": 2, "total": 3, "unit": "pages"}] and delivery.published
     assert delivery.state == JobState.STARTED
     progress = jobs.get(request.job_id).progress
     assert (progress.done, progress.total, progress.unit) == (2, 3, "pages")
@@ -299,6 +300,10 @@ def test_a_delivery_that_no_longer_owns_the_record_reports_nothing(
     OutcomeReporting(manifest).after_run(newer, outcome)
     record = jobs.get(request.job_id)
     assert newer.finished == outcome and record.state == JobState.DONE and record.completions == 1
+    # Only the delivery that finished the job wakes its waiters (and so needs no Celery result).
+    for delivery in (stale, newer):
+        FinishedNotice().after_run(delivery, outcome)
+    assert not stale.announced and newer.announced
 
 
 def test_a_failed_video_part_finishes_its_job_and_cancels_the_speech_part(

@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from celery import Celery, Task, signals
+from celery import Celery, Task, signals, states
 from celery.backends.redis import RedisBackend
 from celery.exceptions import Ignore
 from celery.worker.consumer import Consumer
@@ -46,6 +46,10 @@ __all__ = ["EXTRACT_TASK", "RefusalRecordingConsumer", "create_app", "extract_me
            "redis_priority", "refused", "report", "send_extract", "visibility_timeout_s"]
 
 EXTRACT_TASK = "mediafleet.extract"
+IN_RECORD = "in_record"
+"""The task summary's key saying the job's record holds its outcome and its waiters were woken."""
+PUBLISHED = "progress_published"
+"""The task summary's key saying the task published progress (stored as its result meanwhile)."""
 
 
 def visibility_timeout_s(manifest: Manifest) -> int:
@@ -227,6 +231,20 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
     def on_task_call(self, producer: Any, task_id: str) -> None:
         return None
 
+    def mark_as_done(self, task_id: str, result: Any, request: Any = None, store_result: bool = True,
+                     state: str = states.SUCCESS) -> None:
+        """Stores a task's summary, but for a plain job whose delivery wrote its outcome into the
+        record and woke its waiters (``IN_RECORD``): every waiter reads the record, and a task
+        result is only read for a job whose record has no outcome (a lost worker's), or for a job's
+        parts (whether every task of the job ended). Storing it anyway cost a write and a publish
+        per job, in the moment the caller reads its bundle. A progress state the task stored while
+        it ran is removed (it would say ``PROGRESS`` of a finished task until it expired)."""
+        if isinstance(result, dict) and result.get(IN_RECORD) is True:
+            store_result = False
+            if result.get(PUBLISHED):
+                self.forget(task_id)
+        super().mark_as_done(task_id, result, request=request, store_result=store_result, state=state)
+
 
 _BACKENDS = {scheme: f"{__name__}:FleetRedisBackend" for scheme in ("redis", "rediss")}
 
@@ -372,9 +390,12 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         if (finished := delivery.finished) is not None and finished.job_id == outcome.job_id:
             outcome = finished  # what was stored (cancelled meanwhile: its cancellation)
         # The result backend gets this summary only: the outcome is in the job's record (or, when
-        # large, in the blob store), never in Celery's result.
+        # large, in the blob store), never in Celery's result. A plain job this delivery finished,
+        # its waiters woken, needs none (FleetRedisBackend keeps no copy: nobody would read it).
         return {"job_id": outcome.job_id, "status": outcome.status,
-                "error": outcome.error.code.value if outcome.error else None}
+                "error": outcome.error.code.value if outcome.error else None,
+                IN_RECORD: delivery.announced and req.part_of is None and not delivery.parts,
+                PUBLISHED: delivery.published}
 
     return app
 

@@ -90,7 +90,10 @@ class Delivery:
     progress_at: float | None = None
     finished: Outcome | None = None
     announced: bool = False
-    """Whether the write that finished the caller's job also woke its waiters (:class:`FinishedNotice`)."""
+    """Whether this delivery woke the waiters of the caller's job it finished: by the write of its
+    outcome (:class:`OutcomeReporting`) or by its notice after (:class:`FinishedNotice`)."""
+    published: bool = False
+    """Whether :class:`ProgressReporting` published progress (the shell: a ``PROGRESS`` state stored as the task's result)."""
     last_progress: tuple[int, int | None, str] | None = None
     """The run's last progress point, held back by :class:`ProgressReporting` to be written with the outcome."""
 
@@ -190,6 +193,7 @@ class ProgressReporting(Middleware):
         try:
             if not last:
                 delivery.publish({"done": done, "total": total, "unit": unit})
+                delivery.published = True
             delivery.state = delivery.jobs.progress(delivery.request.job_id, done, total, unit)
         except _TRANSIENT:
             return False
@@ -276,6 +280,7 @@ class FinishedNotice(Middleware):
                 delivery.jobs.announce_finished(delivery.finished.job_id)
             except _TRANSIENT:
                 return
+            delivery.announced = True
 
 
 class DeviceHealth(Middleware):
