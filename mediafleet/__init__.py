@@ -18,6 +18,7 @@ __all__ = [
     "Settings",
     "delegate_extract",
     "open_store",
+    "release",
 ]
 
 _WHERE = {
@@ -30,6 +31,16 @@ _WHERE = {
     "delegate_extract": "mediafleet.dispatch",
     "Settings": "mediafleet.settings",
 }
+
+
+def release() -> str:
+    """This install's release, as its MCP servers announce it ("0" in a bare checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mediafleet")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0"
 
 
 def __getattr__(name: str) -> Any:

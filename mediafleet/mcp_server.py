@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mediafleet import caller_digest, release
 from mediafleet.adapters.bundle import with_claims
 from mediafleet.adapters.caller import caller_response, failure_response, inline_wanted
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
@@ -61,7 +62,6 @@ from mediafleet.contract.errors import (
     to_public,
 )
 from mediafleet.contract.manifest import Capability
-from mediafleet import caller_digest
 from mediafleet.dispatch import Dispatcher, Job
 from mediafleet.localjobs import LocalJobs, run_folder, submit_request
 from mediafleet.sniff import sniff
@@ -70,7 +70,6 @@ from mediafleet.workers.registry import SPECS
 __all__ = ["DEFAULT_MAX_INLINE_BYTES", "DEFAULT_WAIT_S", "TOOLS", "SidecarTools", "build_server", "serve"]
 
 log = logging.getLogger("mediafleet.mcp")
-
 
 
 def _tools() -> dict[str, str]:
@@ -471,18 +470,9 @@ def build_server(tools: SidecarTools, *, errors_as_is_error: bool = False, upstr
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                     is_error=failed and errors_as_is_error)
 
-    return Server("mediafleet", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,
+    return Server("mediafleet", version=release(), on_list_tools=list_tools, on_call_tool=call_tool,
                   instructions=f"The media sidecar tools of the evidence pipeline: {', '.join(TOOLS)}. "
                                "Each takes action and params_json.")
-
-
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("mediafleet")
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0"
 
 
 def _http_body_limit(max_inline_bytes: int) -> int:

@@ -46,7 +46,8 @@ def test_a_code_part_must_be_a_lazy_reference(part: str) -> None:
 
 def test_a_part_of_the_wrong_type_is_refused() -> None:
     for part, value in (("action", 1), ("media_types", ["application/pdf"]), ("media_types", ("pdf",)),
-                        ("sniff", "application/pdf"), ("opencv", "no"), ("modality", "pdf")):
+                        ("sniff", "application/pdf"), ("opencv", "no"), ("modality", "pdf"),
+                        ("numerics", ["threads"])):
         with pytest.raises(SpecError):
             dataclasses.replace(PDF, **{part: value})
 

@@ -79,23 +79,23 @@ def cap_threads(threads: int) -> None:
 
 
 def numerics(action: str, options: Mapping[str, Any], threads: int, speech_batch: int | None = None) -> dict[str, Any]:
-    """What, beyond its options, changes a job's numbers: the thread count, for the engines whose
-    floating-point reductions depend on it (CTranslate2's Whisper, onnxruntime's OCR), and Whisper's
-    windows a batch where set (a word's time can move by a frame with it).
+    """What, beyond its options, changes a job's numbers: the settings its modality's spec names
+    for these options (:attr:`~mediafleet.workers.spec.ModalitySpec.numerics`), with their values.
 
-    Empty for work that does not depend on them (a PDF's text layer with OCR off; shots and
-    keyframes of a video without speech), so those ids stay the same across these settings; a
-    batch left to its default names nothing, so the ids of jobs submitted without the setting are
-    what they were before it existed. The device class is not here: a held job may run on any
-    allowed class, so the class (and its compute type, and its default batch) is named in the
-    derivation of the loci instead, by the producer's options.
+    The thread count, for the engines whose floating-point reductions depend on it (CTranslate2's
+    Whisper, onnxruntime's OCR); Whisper's windows a batch where set (a word's time can move by a
+    frame with it). Empty for work that does not depend on them (a PDF's text layer with OCR off;
+    shots and keyframes of a video without speech), so those ids stay the same across these
+    settings; a batch left to its default names nothing, so the ids of jobs submitted without the
+    setting are what they were before it existed. The device class is not here: a held job may run
+    on any allowed class, so the class (and its compute type, and its default batch) is named in
+    the derivation of the loci instead, by the producer's options.
     """
-    if action == "ocr_pdf" and options.get("ocr") == "never":
-        return {}
-    if action == "extract_keyframes" and options.get("speech") is False:
-        return {}
-    speech = action == "transcribe_segments" or action == "extract_keyframes"
-    return {"threads": threads, **({"speech_batch": speech_batch} if speech and speech_batch is not None else {})}
+    from mediafleet.workers.registry import spec_for
+
+    named = spec_for(action).numerics(options)
+    values = {"threads": threads, "speech_batch": speech_batch}
+    return {name: values[name] for name in sorted(named) if values[name] is not None}
 
 
 # What the engines' native code raises when the machine, not the input, fails a run, as it words it:

@@ -40,13 +40,17 @@ __all__ = [
     "Extractor",
     "LociMapper",
     "ModalitySpec",
+    "Numerics",
     "ProgressFn",
     "ReadCheck",
     "Ref",
     "SpecError",
     "Summary",
+    "SPEECH_NUMERICS",
+    "THREAD_NUMERICS",
     "no_device_check",
     "reads_whole",
+    "threads_change_numbers",
 ]
 
 ProgressFn = Callable[[int, "int | None"], None]
@@ -91,6 +95,16 @@ when the device class cannot really be served. Must create no model and no CUDA 
 
 ReadCheck = Callable[[Path], bool]
 """Whether the (digest-verified) artifact reads whole; False only marks the claim unverified."""
+
+Numerics = Callable[[Mapping[str, Any]], frozenset[str]]
+"""``numerics(options)``: which engine settings change the numbers of a job with these options
+(names from :data:`THREAD_NUMERICS` and :data:`SPEECH_NUMERICS`), so its job id names them; empty
+for work no setting changes. :func:`mediafleet.workers.engines.numerics` gives their values."""
+
+THREAD_NUMERICS = frozenset({"threads"})
+"""An engine whose floating-point reductions depend on its thread count (onnxruntime's OCR)."""
+SPEECH_NUMERICS = frozenset({"threads", "speech_batch"})
+"""Whisper (CTranslate2): the thread count, and the windows a batch (a word's time can move by a frame with it)."""
 
 LociMapper = Callable[[Any, str], "list[LocusDraft]"]
 """``loci(result, document_id)``: every locus of a result, in a stable order."""
@@ -140,6 +154,11 @@ def reads_whole(path: Path) -> bool:
     return True
 
 
+def threads_change_numbers(options: Mapping[str, Any]) -> frozenset[str]:
+    """The numerics of a modality whose every job runs a thread-dependent engine."""
+    return THREAD_NUMERICS
+
+
 @dataclass(frozen=True)
 class ModalitySpec:
     """Everything specific to one modality's capability; every field is required.
@@ -160,6 +179,7 @@ class ModalitySpec:
         caller_shape: the callers' response for an ``ok`` bundle (:data:`CallerShape`).
         summary: what the CLI prints for an ``ok`` bundle (:data:`Summary`).
         opencv: whether the extractor needs OpenCV (the CLI checks it loads before running).
+        numerics: which engine settings change a job's numbers, given its options (:data:`Numerics`).
         parts: the code of each part the manifest may declare for the capability, by part name
             (a :class:`mediafleet.workers.parts.PartKind`); none for a job that never fans out.
     """
@@ -177,6 +197,7 @@ class ModalitySpec:
     caller_shape: Ref[CallerShape]
     summary: Ref[Summary]
     opencv: bool
+    numerics: Numerics
     parts: Mapping[str, Ref[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -196,6 +217,8 @@ class ModalitySpec:
             raise SpecError(f"the {self.action} spec's media_types is not a tuple of media types")
         if not callable(self.sniff):
             raise SpecError(f"the {self.action} spec's sniff is not a function")
+        if not callable(self.numerics):
+            raise SpecError(f"the {self.action} spec's numerics is not a function")
         if not isinstance(self.opencv, bool):
             raise SpecError(f"the {self.action} spec's opencv is not true or false")
         if not isinstance(self.parts, Mapping) or not all(

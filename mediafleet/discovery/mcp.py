@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from mediafleet import release
 from mediafleet.discovery.errors import DiscoveryError, Refusal
 from mediafleet.discovery.host import LEASE_ID
 from mediafleet.discovery.operations import DiscoveryService
@@ -143,18 +144,9 @@ def build_server(handler: Handler) -> Any:
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                     structured_content=response, is_error=is_error)
 
-    return Server("mediafleet-discovery", version=_version(), on_list_tools=list_tools, on_call_tool=call_tool,
+    return Server("mediafleet-discovery", version=release(), on_list_tools=list_tools, on_call_tool=call_tool,
                   instructions="Evidence discovery under a host lease: discovery-search (lease_id, query) and "
                                "discovery-inspect (lease_id, unit_id).")
-
-
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("mediafleet")
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0"
 
 
 def _local_handler(tools: DiscoveryTools, credential_of: Callable[[Any], str | None]) -> Handler:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from mediafleet.contract.manifest import Modality
-from mediafleet.workers.spec import ModalitySpec, Ref
+from mediafleet.workers.spec import SPEECH_NUMERICS, ModalitySpec, Ref
 
 __all__ = ["SPEC"]
 
@@ -24,6 +27,10 @@ def _sniff(head: bytes) -> str | None:
     return None
 
 
+def _numerics(options: Mapping[str, Any]) -> frozenset[str]:
+    return SPEECH_NUMERICS  # Whisper's
+
+
 SPEC = ModalitySpec(
     modality=Modality.AUDIO,
     action="transcribe_segments",
@@ -38,4 +45,5 @@ SPEC = ModalitySpec(
     caller_shape=Ref("mediafleet.adapters.caller:audio_shape"),
     summary=Ref("mediafleet.report.text:audio_summary"),
     opencv=False,
+    numerics=_numerics,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mediafleet.contract.manifest import Modality
-from mediafleet.workers.spec import ModalitySpec, Ref
+from mediafleet.workers.spec import ModalitySpec, Ref, threads_change_numbers
 
 __all__ = ["SPEC"]
 
@@ -38,4 +38,5 @@ SPEC = ModalitySpec(
     caller_shape=Ref("mediafleet.adapters.caller:image_shape"),
     summary=Ref("mediafleet.report.text:image_summary"),
     opencv=True,  # rapidocr
+    numerics=threads_change_numbers,  # its OCR is onnxruntime's
 )

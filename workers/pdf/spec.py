@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from mediafleet.contract.manifest import Modality
-from mediafleet.workers.spec import ModalitySpec, Ref
+from mediafleet.workers.spec import THREAD_NUMERICS, ModalitySpec, Ref
 
 __all__ = ["SPEC"]
 
 
 def _sniff(head: bytes) -> str | None:
     return "application/pdf" if head.startswith(b"%PDF-") else None
+
+
+def _numerics(options: Mapping[str, Any]) -> frozenset[str]:
+    """The text layer is read exactly; only OCR (onnxruntime) depends on the thread count."""
+    return frozenset() if options.get("ocr") == "never" else THREAD_NUMERICS
 
 
 SPEC = ModalitySpec(
@@ -27,5 +35,6 @@ SPEC = ModalitySpec(
     caller_shape=Ref("mediafleet.adapters.caller:pdf_shape"),
     summary=Ref("mediafleet.report.text:pdf_summary"),
     opencv=False,
+    numerics=_numerics,
     parts={"pages": Ref("mediafleet.workers.pdf.split:PAGES")},
 )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from mediafleet.contract.manifest import Modality
-from mediafleet.workers.spec import ModalitySpec, Ref
+from mediafleet.workers.spec import SPEECH_NUMERICS, ModalitySpec, Ref
 
 __all__ = ["SPEC"]
 
@@ -16,6 +19,11 @@ def _sniff(head: bytes) -> str | None:
     if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
         return "video/x-msvideo"
     return None
+
+
+def _numerics(options: Mapping[str, Any]) -> frozenset[str]:
+    """Shots and keyframes are exact whatever the settings; a video's speech is Whisper's."""
+    return frozenset() if options.get("speech") is False else SPEECH_NUMERICS
 
 
 SPEC = ModalitySpec(
@@ -32,5 +40,6 @@ SPEC = ModalitySpec(
     caller_shape=Ref("mediafleet.adapters.caller:video_shape"),
     summary=Ref("mediafleet.report.text:video_summary"),
     opencv=True,  # scenedetect
+    numerics=_numerics,
     parts={"speech": Ref("mediafleet.workers.video.speech:SPEECH")},
 )
