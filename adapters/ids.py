@@ -13,7 +13,8 @@ from typing import Any
 
 from mediafleet.contract.locus import opaque_ref
 
-__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_head", "locus_ref", "locus_refs", "locus_tokens", "ref", "token"]
+__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_head", "locus_ref", "locus_refs", "locus_tokens", "part_job_id", "ref",
+           "token"]
 
 _SEP = "\x1f"
 LOCUS_PREFIX = "eg:locus:"
@@ -46,6 +47,16 @@ def job_id(digest: str, action: str, extractor_version: str, options: Mapping[st
     if numerics:
         parts.append(canonical(dict(numerics)))
     return "mf-" + token("job", *parts)
+
+
+def part_job_id(digest: str, action: str, extractor_version: str, parent: str,
+                span: tuple[int, int] | None = None) -> str:
+    """The job of one part of job ``parent`` (a video's speech; a page range of a split PDF, by its
+    ``span``): derived from the parent's id, so a resubmission finds the same part."""
+    recipe: dict[str, Any] = {"part_of": parent}
+    if span is not None:
+        recipe["span"] = list(span)
+    return job_id(digest, action, extractor_version, recipe)
 
 
 def locus_ref(derivation: str, index: int) -> str:

@@ -36,6 +36,7 @@ from mediafleet.workers.middleware import (
     fleet_middleware,
     run_chain,
 )
+from mediafleet.workers.parts import named_job_id
 from mediafleet.workers.runner import run_request
 from mediafleet.workers.spec import ProgressFn
 from tests.conftest import free_port
@@ -55,12 +56,14 @@ def blobs(tmp_path: Path) -> LocalBlobStore:
 
 
 def pdf_request(blobs: LocalBlobStore, pages: int = 3, **over: Any) -> ExtractRequest:
+    """A request for a text PDF of ``pages`` pages, named as this release names it (unless ``job_id`` is given)."""
     data = text_pdf(pages)
     digest = blobs.put_bytes(data)
-    job_id = over.pop("job_id", "mf-" + digest.removeprefix("sha256:")[:32])
-    return ExtractRequest(job_id=job_id, action="ocr_pdf", options={"ocr": "never"},
-                          artifact=ArtifactRef(digest=digest, media_type="application/pdf", bytes=len(data),
-                                               modality=Modality.PDF), **over)
+    job_id = over.pop("job_id", None)
+    request = ExtractRequest(job_id=job_id or "mf-" + "0" * 32, action="ocr_pdf", options={"ocr": "never"},
+                             artifact=ArtifactRef(digest=digest, media_type="application/pdf", bytes=len(data),
+                                                  modality=Modality.PDF), **over)
+    return request if job_id else request.model_copy(update={"job_id": named_job_id(request, default_manifest())})
 
 
 def claimed(jobs: JobStore, request: ExtractRequest, **over: Any) -> Delivery:

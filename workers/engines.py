@@ -78,7 +78,8 @@ def cap_threads(threads: int) -> None:
         os.environ[var] = str(threads)
 
 
-def numerics(action: str, options: Mapping[str, Any], threads: int, speech_batch: int | None = None) -> dict[str, Any]:
+def numerics(action: str, options: Mapping[str, Any], threads: int | None,
+             speech_batch: int | None = None) -> dict[str, Any]:
     """What, beyond its options, changes a job's numbers: the settings its modality's spec names
     for these options (:attr:`~mediafleet.workers.spec.ModalitySpec.numerics`), with their values.
 

@@ -32,21 +32,20 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
+from mediafleet.contract.errors import Cancelled, ErrorCode, MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
 from mediafleet.workers.engines import broken_device
-from mediafleet.workers.parts import decides, join, own_part, report_head
+from mediafleet.workers.parts import decides, join, named_job_id, own_part, report_head
 from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.spec import ProgressFn
 
 __all__ = [
-    "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DeviceHealth", "DiscoveryIndexing", "FinishedNotice",
-    "Middleware",
-    "OutcomeReporting", "ProgressReporting", "ProgressThrottle", "Skip", "fleet_middleware", "join_parts",
-    "report", "report_part", "run_chain",
+    "Cancellation", "Delivery", "DeliveryCounting", "DeliveryLimit", "DeviceHealth", "DiscoveryIndexing",
+    "FinishedNotice", "Middleware", "OutcomeReporting", "ProgressReporting", "ProgressThrottle", "ReleaseCheck", "Skip",
+    "fleet_middleware", "join_parts", "report", "report_part", "run_chain",
 ]
 
 log = logging.getLogger("mediafleet.worker")
@@ -93,7 +92,7 @@ class Delivery:
     """Whether this delivery woke the waiters of the caller's job it finished: by the write of its
     outcome (:class:`OutcomeReporting`) or by its notice after (:class:`FinishedNotice`)."""
     published: bool = False
-    """Whether :class:`ProgressReporting` published progress (the shell: a ``PROGRESS`` state stored as the task's result)."""
+    """Whether :class:`ProgressReporting` published progress (the shell: stored as the task's ``PROGRESS`` result)."""
     last_progress: tuple[int, int | None, str] | None = None
     """The run's last progress point, held back by :class:`ProgressReporting` to be written with the outcome."""
 
@@ -236,6 +235,34 @@ class DeliveryLimit(Middleware):
         ), self._clock())
 
 
+class ReleaseCheck(Middleware):
+    """Runs a job only where this release names it as its request does (:func:`named_job_id`).
+
+    A job id names the extractor version and the recipe of the release that named it. A worker of
+    another release (in a rolling upgrade) would run its own extractors under that id, and every
+    resubmission would then be answered with that other version's evidence. Such a delivery is
+    failed, retryably (``engine_unavailable``): once the fleet runs one release, a resubmission runs.
+    """
+
+    def __init__(self, manifest: Manifest, clock: Callable[[], datetime] = _now) -> None:
+        self._manifest = manifest
+        self._clock = clock
+
+    def before_run(self, delivery: Delivery) -> Outcome | None:
+        try:
+            named = named_job_id(delivery.request, self._manifest)
+        except MediafleetError:
+            return None  # an action the manifest in force does not declare: the runner refuses it
+        if named == delivery.request.job_id:
+            return None
+        log.warning("job %s was named by another release than this worker's; not run", delivery.request.job_id)
+        return Outcome.failed(delivery.request, PublicError(
+            code=ErrorCode.ENGINE_UNAVAILABLE, retryable=True,
+            message="the job was named by a dispatcher of another mediafleet release than this worker's (their "
+                    "extractors differ); run dispatchers and workers of one release; it can be submitted again",
+        ), self._clock())
+
+
 class OutcomeReporting(Middleware):
     """Stores the outcome (:func:`report`): a plain job's in its record, a part's into its caller's
     job (joined by the last part to report). Sets ``delivery.finished`` when that finished the
@@ -304,11 +331,12 @@ class DeviceHealth(Middleware):
 def fleet_middleware(manifest: Manifest, discovery_index: str | None = None) -> list[Middleware]:
     """The fleet task's chain, in order. Cancellation comes after progress reporting (it reads the
     state that report returned) and before the delivery limit (a cancelled job ends ``cancelled``
-    however often it was delivered); the finished notice comes last (with no index to fill, a
-    plain job's is sent with its outcome's write instead); the device health check after it all."""
+    however often it was delivered); the release check after both (a cancelled job is cancelled,
+    whoever took it); the finished notice comes last (with no index to fill, a plain job's is sent
+    with its outcome's write instead); the device health check after it all."""
     return [DeliveryCounting(), ProgressThrottle(), ProgressReporting(hold_last=True), Cancellation(), DeliveryLimit(),
-            OutcomeReporting(manifest, announce=discovery_index is None), DiscoveryIndexing(discovery_index, manifest),
-            FinishedNotice(), DeviceHealth()]
+            ReleaseCheck(manifest), OutcomeReporting(manifest, announce=discovery_index is None),
+            DiscoveryIndexing(discovery_index, manifest), FinishedNotice(), DeviceHealth()]
 
 
 class _Reports(Mapping[str, "Outcome | None"]):

@@ -40,8 +40,9 @@ from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.results import OPTIONS_BY_MODALITY
 
-__all__ = ["PartKind", "Planned", "decides", "head_of", "join", "join_inline", "kind_of", "narrow", "options_for", "own_part",
-           "part_capabilities", "plan", "probe", "report_head", "verify_result", "within_manifest"]
+__all__ = ["PartKind", "Planned", "decides", "head_of", "join", "join_inline", "kind_of", "named_job_id", "narrow",
+           "options_for", "own_part", "part_capabilities", "plan", "probe", "report_head", "verify_result",
+           "within_manifest"]
 
 Planned = tuple[ExtractRequest, dict[str, ExtractRequest]]
 """The job's own request (a split's first range) and its parts' requests by part name."""
@@ -194,6 +195,27 @@ def part_capabilities(request: ExtractRequest, manifest: Manifest) -> tuple[Capa
     if not ok:
         raise CapabilityRefused(f"{request.part_of.action} does not declare a {request.action} part")
     return capability, parent
+
+
+def named_job_id(request: ExtractRequest, manifest: Manifest) -> str:
+    """The id this release names ``request`` by: a plain job's from its artifact, capability,
+    extractor version, options and numerics (as admission named it); a part's from its job's id
+    (and its range), as its job's planning named it. A request whose id is another means a
+    dispatcher of another release named it, for extractors other than this process's.
+
+    Raises:
+        CapabilityRefused: the manifest in force does not declare the request's action.
+    """
+    from mediafleet.adapters.ids import job_id, part_job_id
+    from mediafleet.workers.engines import numerics
+
+    capability = manifest.capability(request.action)
+    digest, version = request.artifact.digest, capability.extractor_version
+    if request.part_of is not None:
+        span = None if request.span is None else (request.span.first, request.span.last)
+        return part_job_id(digest, request.action, version, request.part_of.job_id, span)
+    numbers = numerics(request.action, request.options, request.threads, request.speech_batch)
+    return job_id(digest, request.action, version, dict(request.options), numbers)
 
 
 def narrow(options: BaseModel, request: ExtractRequest, capability: Capability, admits: Capability) -> BaseModel:

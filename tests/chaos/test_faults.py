@@ -170,6 +170,35 @@ def test_a_refused_message_does_not_wedge_its_job(redis_server, start_worker, tm
     assert signed.returncode == 0, signed.stderr
 
 
+def test_a_job_named_by_another_release_is_not_run_by_this_worker(fleet_env, start_worker,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dispatcher whose extractor is at another version (a rolling upgrade) names a job this
+    worker can read: the worker does not run its own extractors under that id (whose cached answer
+    every resubmission would then get), it fails the job retryably; named by this release, the same
+    file runs."""
+    from mediafleet import admission
+
+    start_worker("--concurrency=1")
+    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
+    named = admission.make_job_id
+
+    def other_release(digest: str, action: str, version: str, *rest: object) -> str:
+        return named(digest, action, version + "-next", *rest)
+
+    pdf = text_pdf(2)
+    with monkeypatch.context() as patched:
+        patched.setattr(admission, "make_job_id", other_release)
+        started = time.monotonic()
+        job = fleet.submit(pdf)
+        bundle = job.bundle(timeout=60)
+    record_time("a job named by another release: failed retryably", time.monotonic() - started)
+    assert bundle.status == "failed" and bundle.error.code == ErrorCode.ENGINE_UNAVAILABLE and bundle.error.retryable
+    assert "another mediafleet release" in bundle.error.message and "Traceback" not in bundle.error.message
+    assert fleet.jobs().get(job.id).attempts == 1  # one delivery, which ran nothing
+    again = fleet.submit(pdf)
+    assert again.id != job.id and again.bundle(timeout=60).status == "ok"
+
+
 def test_a_request_its_worker_cannot_read_does_not_wedge_its_job(fleet_env, start_worker,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A dispatcher of a later release sends a request field this worker does not know (as in a

@@ -118,7 +118,7 @@ class PagesPart:
         """Nothing for a PDF of at most ``size`` pages (or an unknown count); else the first range
         on the job's own request and one part per further range, each with an id derived from the
         job's and its range."""
-        from mediafleet.adapters.ids import job_id as make_job_id
+        from mediafleet.adapters.ids import part_job_id
 
         assert part.size is not None
         limit = capability.limits.max_pages
@@ -129,8 +129,8 @@ class PagesPart:
         for span in rest:
             label = f"{name}:{span.first}-{span.last}"
             parts[label] = request.model_copy(update={
-                "job_id": make_job_id(request.artifact.digest, request.action, capability.extractor_version,
-                                      {"part_of": request.job_id, "span": [span.first, span.last]}),
+                "job_id": part_job_id(request.artifact.digest, request.action, capability.extractor_version,
+                                      request.job_id, (span.first, span.last)),
                 "part_of": PartOf(job_id=request.job_id, action=request.action, part=label),
                 "span": span,
             })

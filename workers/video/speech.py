@@ -111,7 +111,7 @@ class SpeechPart:
         """The speech job beside the video job, when speech is on and declared and the header does
         not show the video silent. Its id is derived from the video job's, so a resubmission finds
         the same part."""
-        from mediafleet.adapters.ids import job_id as make_job_id
+        from mediafleet.adapters.ids import part_job_id
         from mediafleet.workers.parts import options_for
 
         if not getattr(options_for(request, capability, manifest), self.option, False) or fact is False:
@@ -119,8 +119,7 @@ class SpeechPart:
         assert part.action is not None
         audio = manifest.capability(part.action)
         speech = ExtractRequest(
-            job_id=make_job_id(request.artifact.digest, audio.action, audio.extractor_version,
-                               {"part_of": request.job_id}),
+            job_id=part_job_id(request.artifact.digest, audio.action, audio.extractor_version, request.job_id),
             action=audio.action,
             artifact=request.artifact,
             device=audio.devices[0],
