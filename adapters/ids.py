@@ -13,8 +13,8 @@ from typing import Any
 
 from mediafleet.contract.locus import opaque_ref
 
-__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_head", "locus_ref", "locus_refs", "locus_tokens", "part_job_id", "ref",
-           "token"]
+__all__ = ["LOCUS_PREFIX", "canonical", "job_id", "locus_head", "locus_ref", "locus_refs", "locus_tokens",
+           "part_job_id", "ref", "token"]
 
 _SEP = "\x1f"
 LOCUS_PREFIX = "eg:locus:"
