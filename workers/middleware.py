@@ -13,11 +13,11 @@ The Celery task is a thin shell: it makes a :class:`Delivery` and hands it, with
 * ``after_run(delivery, outcome)`` once, with the outcome, run or decided.
 
 :func:`fleet_middleware` is the fleet's chain: delivery counting, progress throttling, progress
-reporting, cancellation, the delivery limit, outcome and part reporting, discovery indexing, the
-notice that wakes a finished job's waiters, and the device health check that stops a worker whose
-GPU failed for good. Each
-middleware is tested on its own against a real Redis (``tests/test_middleware.py``); none imports
-Celery.
+reporting, cancellation, the delivery limit, the release check (a job named by another release is
+not run), outcome and part reporting, discovery indexing, the notice that wakes a finished job's
+waiters, and the device health check that stops a worker whose GPU failed for good. Each
+middleware is tested on its own against a real Redis (``tests/test_middleware.py``,
+``tests/test_release_check.py``); none imports Celery.
 """
 
 from __future__ import annotations
