@@ -82,7 +82,9 @@ def redis_client(settings: Settings, *, retry_s: float = _RETRY_S) -> Any:
 
     The result backend's URL with the settings' password, the TLS options for ``rediss://`` (a
     private CA, a client certificate), and retries with backoff for about ``retry_s`` seconds on a
-    lost connection, so a Redis restart is a pause, not a failure.
+    lost connection, so a Redis restart is a pause, not a failure; likewise on a Redis too full to
+    write (at ``maxmemory``, ``noeviction``): what it refuses wrote nothing (it refuses a script at
+    its first write, never halfway), so sending it again is safe.
     """
     import redis
     from redis.backoff import ExponentialBackoff
@@ -95,7 +97,8 @@ def redis_client(settings: Settings, *, retry_s: float = _RETRY_S) -> Any:
     retries = int(retry_s / 0.9) if retry_s > 0 else 0
     return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=60,
                                 retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
-                                retry_on_error=[redis.ConnectionError, redis.TimeoutError], **tls)
+                                retry_on_error=[redis.ConnectionError, redis.TimeoutError,
+                                                redis.exceptions.OutOfMemoryError], **tls)
 
 
 class OutcomeSigner:

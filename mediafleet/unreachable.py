@@ -2,7 +2,7 @@
 not there (not a bad artifact), and its one translation into the public error tree.
 
 The dispatcher's public calls and its fleet jobs' run inside :func:`translated`, so whatever the
-Redis client or kombu raise for a connection comes out as
+Redis client or kombu raise for a connection (or a Redis too full to write) comes out as
 :class:`~mediafleet.contract.errors.FleetUnreachable` (retryable ``engine_unavailable``): the CLI
 exits 3 on it, the MCP server answers it as is.
 """
@@ -21,15 +21,19 @@ __all__ = ["redis_away_errors", "translated", "translating", "unreachable_errors
 P = ParamSpec("P")
 R = TypeVar("R")
 _MESSAGE = "the fleet's broker cannot be reached; try again when it is back"
+_FULL = "the fleet's broker is full (Redis at its memory limit refuses writes); try again when it has room"
 
 
 def redis_away_errors() -> tuple[type[BaseException], ...]:
-    """What the Redis client and kombu raise while Redis is away (restarting, failing over)."""
+    """What the Redis client and kombu raise while Redis is away (restarting, failing over) or
+    full (at its ``maxmemory`` with the ``noeviction`` policy it needs, it refuses every write
+    until memory is freed): a pause of the fleet, never an answer about a job."""
     from kombu.exceptions import OperationalError
     from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import OutOfMemoryError
     from redis.exceptions import TimeoutError as RedisTimeout
 
-    return (OperationalError, RedisConnectionError, RedisTimeout)
+    return (OperationalError, RedisConnectionError, RedisTimeout, OutOfMemoryError)
 
 
 def unreachable_errors() -> tuple[type[BaseException], ...]:
@@ -41,10 +45,13 @@ def unreachable_errors() -> tuple[type[BaseException], ...]:
 @contextmanager
 def translated() -> Iterator[None]:
     """Run fleet calls; the broker or backend being unreachable comes out as :class:`FleetUnreachable`."""
+    from redis.exceptions import OutOfMemoryError
+
     try:
         yield
     except unreachable_errors() as exc:
-        raise FleetUnreachable(_MESSAGE, phase=Phase.DISPATCH) from exc
+        message = _FULL if isinstance(exc, OutOfMemoryError) else _MESSAGE
+        raise FleetUnreachable(message, phase=Phase.DISPATCH) from exc
 
 
 def translating(fn: Callable[P, R]) -> Callable[P, R]:

@@ -103,3 +103,17 @@ def test_a_broker_that_cannot_be_reached_is_one_public_error_at_the_dispatcher(t
         public = raised.value.public()
         assert public.code == ErrorCode.ENGINE_UNAVAILABLE and public.retryable
         assert "127.0.0.1" not in public.message and ":1" not in public.message
+
+
+def test_a_broker_too_full_to_write_is_the_same_public_error_saying_so() -> None:
+    """Redis at its memory limit (``noeviction``) refuses writes: a pause of the fleet, retryable,
+    not a library's exception and not an answer about the job."""
+    from redis.exceptions import OutOfMemoryError
+
+    from mediafleet.contract import FleetUnreachable
+    from mediafleet.unreachable import translated
+
+    with pytest.raises(FleetUnreachable) as raised, translated():
+        raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+    public = raised.value.public()
+    assert public.code == ErrorCode.ENGINE_UNAVAILABLE and public.retryable and "full" in public.message

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -44,6 +46,8 @@ from mediafleet.workers.runner import run_request
 
 __all__ = ["EXTRACT_TASK", "RefusalRecordingConsumer", "create_app", "extract_message", "job_store", "join_parts",
            "redis_priority", "refused", "report", "send_extract", "visibility_timeout_s"]
+
+log = logging.getLogger("mediafleet.worker")
 
 EXTRACT_TASK = "mediafleet.extract"
 IN_RECORD = "in_record"
@@ -231,6 +235,13 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
     def on_task_call(self, producer: Any, task_id: str) -> None:
         return None
 
+    def exception_safe_to_retry(self, exc: Exception) -> bool:
+        """A result write Redis refused because it is full is retried like one to a lost
+        connection (``result_backend_always_retry``): it wrote nothing."""
+        from redis.exceptions import OutOfMemoryError
+
+        return isinstance(exc, OutOfMemoryError) or bool(super().exception_safe_to_retry(exc))
+
     def mark_as_done(self, task_id: str, result: Any, request: Any = None, store_result: bool = True,
                      state: str = states.SUCCESS) -> None:
         """Stores a task's summary, but for a plain job whose delivery wrote its outcome into the
@@ -258,6 +269,53 @@ class _NotKept(Exception):
     expiry): nothing was pushed, and it is sent the ordinary way."""
 
 
+_FULL_WARN_EVERY_S = 30.0
+
+
+def _until_written(write: Callable[[], Any], what: str) -> Any:
+    """``write()``, sent again while Redis is too full to take it (at ``maxmemory`` with the
+    ``noeviction`` policy it refuses every write, and what it refused wrote nothing).
+
+    Meanwhile the worker's consumer waits and takes no more messages: a delivery it cannot record,
+    acknowledge or requeue is neither dropped (kombu would lose it) nor let through to kill the
+    worker (Celery takes any other error here as unrecoverable); it goes on when memory is freed.
+    """
+    from redis.exceptions import OutOfMemoryError
+
+    delay, warned = 0.05, 0.0
+    while True:
+        try:
+            return write()
+        except OutOfMemoryError:
+            if time.monotonic() - warned >= _FULL_WARN_EVERY_S:
+                log.warning("Redis is full (maxmemory) and refuses writes: waiting to %s", what)
+                warned = time.monotonic()
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
+    """kombu's Redis acknowledgement emulation, waiting out a full Redis (:func:`_until_written`)
+    where kombu's raises into the worker's consumer and stops the worker."""
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        _until_written(lambda: super(_FleetQoS, self).append(message, delivery_tag), "record a delivery")
+
+    def ack(self, delivery_tag: str) -> None:
+        _until_written(lambda: super(_FleetQoS, self).ack(delivery_tag), "acknowledge a delivery")
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        _until_written(lambda: super(_FleetQoS, self).reject(delivery_tag, requeue=requeue), "requeue a delivery")
+
+    def restore_visible(self, *args: Any, **kwargs: Any) -> None:
+        from redis.exceptions import OutOfMemoryError
+
+        try:
+            super().restore_visible(*args, **kwargs)
+        except OutOfMemoryError:  # a periodic sweep: the next one restores what this one could not
+            return
+
+
 class _FleetChannel(kombu_redis.Channel):  # type: ignore[misc]
     """kombu's Redis channel, keeping one client for the commands it sends outside its consumer
     (publishing a message; recording, acknowledging a delivery): kombu builds a new ``redis.Redis``
@@ -267,6 +325,7 @@ class _FleetChannel(kombu_redis.Channel):  # type: ignore[misc]
     While :func:`extract_message` makes a message, its final push is kept (the list kombu names
     for the message's priority, the payload as kombu writes it) instead of sent."""
 
+    QoS = _FleetQoS
     _kept: Any = None
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:

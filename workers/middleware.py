@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError as RedisFull
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from mediafleet.contract.errors import Cancelled, ErrorCode, MediafleetError, PublicError
@@ -49,8 +50,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("mediafleet.worker")
-# What Redis being briefly away looks like to a progress call.
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+# What Redis being briefly away (or full) looks like to a progress call.
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, RedisFull, OSError)
 PROGRESS_EVERY_S = 1.0
 
 

@@ -1,4 +1,5 @@
-"""Redis goes away under running jobs: restarted (append-only persistence on) or crashed.
+"""Redis goes away under running jobs: restarted (append-only persistence on) or crashed; or it
+fills up and refuses writes.
 
 Failure 1: the running jobs' progress and report calls met ``ConnectionError``, the job became a
 failed outcome or a ``worker_lost`` the waiter recorded for good, and resubmitting returned that
@@ -11,13 +12,14 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
 
 from mediafleet.contract import JobState
-from tests.chaos.conftest import record_time, wait_started
-from tests.media import marked_pdf
+from tests.chaos.conftest import dispatcher, record_time, wait_started
+from tests.media import marked_pdf, text_pdf
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -85,3 +87,35 @@ def test_a_redis_restart_under_running_jobs_fails_none_for_good(own_redis, slow_
 @_LEAKED_BY_REDIS_PY
 def test_a_redis_crash_under_running_jobs_fails_none_for_good(own_redis, slow_fleet) -> None:  # type: ignore[no-untyped-def]
     _outage(own_redis, slow_fleet, crash=True)
+
+
+def test_a_full_redis_pauses_the_fleet_and_loses_no_job(fleet_env, start_worker) -> None:  # type: ignore[no-untyped-def]
+    """Redis at its memory limit with ``noeviction`` refuses every write. The worker that had just
+    taken a message could not record its delivery: Celery took kombu's error as unrecoverable and
+    stopped the worker, and the message it had popped was in no queue and no unacked record, so
+    its job stayed ``queued`` for good (resubmissions attached to it). Now the worker waits until
+    Redis takes writes again, and every job finishes, once."""
+    worker = start_worker("--concurrency=1")
+    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
+    assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
+    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")  # below what it holds: every write is refused
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            client.set("mf-test-probe", "1")
+        pdfs = [text_pdf(2 + i) for i in range(2)]
+        jobs = [fleet.submit(pdf) for pdf in pdfs]  # the claim's script is let through; the worker's writes are not
+        time.sleep(_DOWN_S)
+        assert worker.proc is not None and worker.proc.poll() is None, "the worker stopped"
+    finally:
+        client.config_set("maxmemory", "0")
+    freed_at = time.monotonic()
+    bundles = [job.bundle(timeout=60) for job in jobs]
+    record_time(f"Redis full ({_DOWN_S:.0f} s): queued jobs finished once it took writes", time.monotonic() - freed_at)
+    assert [b.status for b in bundles] == ["ok", "ok"], [b.error for b in bundles]
+    for job in jobs:
+        assert fleet.jobs().get(job.id).completions == 1
+    assert worker.proc.poll() is None
+    assert "Redis is full" in worker.log.read_text()
+    client.close()
