@@ -45,6 +45,22 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture
+def manifest() -> Any:
+    """The shipped manifest."""
+    from mediafleet.contract.manifest import default_manifest
+
+    return default_manifest()
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> Any:
+    """A local blob store of this test's own."""
+    from mediafleet.blobstore import LocalBlobStore
+
+    return LocalBlobStore(tmp_path / "blobs")
+
+
+@pytest.fixture
 def jobs(redis_server: RedisServer, tmp_path: Path) -> Iterator[Any]:
     """The real job store on a real redis-server, in a database of this test's own (emptied before
     and after)."""

@@ -45,16 +45,6 @@ from tests.media import text_pdf
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def manifest() -> Manifest:
-    return default_manifest()
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> LocalBlobStore:
-    return LocalBlobStore(tmp_path / "blobs")
-
-
 def pdf_request(blobs: LocalBlobStore, pages: int = 3, **over: Any) -> ExtractRequest:
     """A request for a text PDF of ``pages`` pages, named as this release names it (unless ``job_id`` is given)."""
     data = text_pdf(pages)

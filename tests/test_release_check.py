@@ -92,12 +92,3 @@ def test_a_request_for_an_action_the_manifest_lacks_is_left_to_the_runner(blobs:
     request = pdf_request(blobs).model_copy(update={"action": "analyze_image"})
     assert ReleaseCheck(narrowed).before_run(Delivery(request, None)) is None  # type: ignore[arg-type]  # reads no record
 
-
-@pytest.fixture
-def manifest() -> Manifest:
-    return default_manifest()
-
-
-@pytest.fixture
-def blobs(tmp_path: Path) -> LocalBlobStore:
-    return LocalBlobStore(tmp_path / "blobs")
