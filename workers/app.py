@@ -33,6 +33,7 @@ from celery.exceptions import Ignore
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 from kombu.utils import json as kombu_json
+from redis.exceptions import OutOfMemoryError as RedisFull
 
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
@@ -238,9 +239,7 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
     def exception_safe_to_retry(self, exc: Exception) -> bool:
         """A result write Redis refused because it is full is retried like one to a lost
         connection (``result_backend_always_retry``): it wrote nothing."""
-        from redis.exceptions import OutOfMemoryError
-
-        return isinstance(exc, OutOfMemoryError) or bool(super().exception_safe_to_retry(exc))
+        return isinstance(exc, RedisFull) or bool(super().exception_safe_to_retry(exc))
 
     def mark_as_done(self, task_id: str, result: Any, request: Any = None, store_result: bool = True,
                      state: str = states.SUCCESS) -> None:
@@ -280,13 +279,11 @@ def _until_written(write: Callable[[], Any], what: str) -> Any:
     acknowledge or requeue is neither dropped (kombu would lose it) nor let through to kill the
     worker (Celery takes any other error here as unrecoverable); it goes on when memory is freed.
     """
-    from redis.exceptions import OutOfMemoryError
-
     delay, warned = 0.05, 0.0
     while True:
         try:
             return write()
-        except OutOfMemoryError:
+        except RedisFull:
             if time.monotonic() - warned >= _FULL_WARN_EVERY_S:
                 log.warning("Redis is full (maxmemory) and refuses writes: waiting to %s", what)
                 warned = time.monotonic()
@@ -308,11 +305,9 @@ class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
         _until_written(lambda: super(_FleetQoS, self).reject(delivery_tag, requeue=requeue), "requeue a delivery")
 
     def restore_visible(self, *args: Any, **kwargs: Any) -> None:
-        from redis.exceptions import OutOfMemoryError
-
         try:
             super().restore_visible(*args, **kwargs)
-        except OutOfMemoryError:  # a periodic sweep: the next one restores what this one could not
+        except RedisFull:  # a periodic sweep: the next one restores what this one could not
             return
 
 
