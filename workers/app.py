@@ -448,7 +448,7 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
         # its waiters woken, needs none (FleetRedisBackend keeps no copy: nobody would read it).
         return {"job_id": outcome.job_id, "status": outcome.status,
                 "error": outcome.error.code.value if outcome.error else None,
-                IN_RECORD: delivery.announced and req.part_of is None and not delivery.parts,
+                IN_RECORD: delivery.announced and delivery.plain,
                 PUBLISHED: delivery.published}
 
     return app

@@ -97,6 +97,11 @@ class Delivery:
     last_progress: tuple[int, int | None, str] | None = None
     """The run's last progress point, held back by :class:`ProgressReporting` to be written with the outcome."""
 
+    @property
+    def plain(self) -> bool:
+        """A job of its own: not a part of another, and with no parts of its own."""
+        return self.request.part_of is None and not self.parts
+
 
 class Middleware:
     """A no-op middleware: subclasses override the hooks they need."""
@@ -187,7 +192,7 @@ class ProgressReporting(Middleware):
     def on_progress(self, delivery: Delivery, done: int, total: int | None) -> bool:
         unit = progress_unit(delivery.request.action)
         last = total is not None and done >= total
-        if last and self._hold_last and delivery.request.part_of is None and not delivery.parts:
+        if last and self._hold_last and delivery.plain:
             delivery.last_progress = (done, total, unit)
             return True
         try:
@@ -278,11 +283,10 @@ class OutcomeReporting(Middleware):
         self._announce = announce
 
     def after_run(self, delivery: Delivery, outcome: Outcome) -> None:
-        plain = delivery.request.part_of is None and not delivery.parts
         delivery.finished = report(delivery.jobs, self._manifest, delivery.request, outcome, delivery.parts,
                                    delivery=delivery.attempt, announce=self._announce,
                                    progress=delivery.last_progress)
-        delivery.announced = self._announce and plain and delivery.finished is not None
+        delivery.announced = self._announce and delivery.plain and delivery.finished is not None
 
 
 class DiscoveryIndexing(Middleware):
