@@ -167,7 +167,8 @@ class Dispatcher:
 
     @translating
     def status(self) -> dict[str, Any]:
-        """Queue lengths per capability queue, and live workers by device class."""
+        """Queue lengths per capability queue, live workers by device class, and warnings about the
+        fleet's Redis (one that may evict its keys)."""
         return self.orchestrator.status()
 
     # -- the fleet's own parts, for fleet tools (status, gc, chaos tests) --------------------------

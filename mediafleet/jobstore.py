@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from mediafleet.settings import Settings
 
 __all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "Claim", "JobRecord", "JobStore",
-           "MessageFn", "OutcomeSigner", "Watch", "finished_channel", "queue_lists", "redis_client"]
+           "MessageFn", "OutcomeSigner", "Watch", "eviction_warning", "finished_channel", "queue_lists",
+           "redis_client"]
 
 # An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
@@ -75,6 +76,28 @@ def queue_lists(queue: str) -> list[str]:
     """Every Redis list that holds ``queue``'s messages, one per priority level (what a queue's
     length is summed over: ``mediafleet status``, the KEDA triggers, the Redis exporter)."""
     return [queue, *(f"{queue}{KOMBU_PRIORITY_SEP}{level}" for level in range(1, 10))]
+
+
+def eviction_warning(client: Any) -> str | None:
+    """What an operator must be told when this Redis may evict the fleet's keys; None when it may not.
+
+    A queue's messages and a job's record must never be evicted: a job whose message or record
+    Redis drops to make room is lost without a trace (the queue lists have no TTL, so a ``volatile-*``
+    policy evicts the records, which have one). Only ``noeviction`` keeps them: Redis then refuses
+    writes when full, which the fleet waits out. Read from ``INFO memory``, which managed services
+    that rename ``CONFIG`` still answer; None too where the server does not say or refuses to
+    (an ACL without ``INFO``). A Redis that cannot be reached raises as any other call does.
+    """
+    from redis.exceptions import ResponseError
+
+    try:
+        policy = client.info("memory").get("maxmemory_policy")
+    except ResponseError:
+        return None
+    if policy is None or policy == "noeviction":
+        return None
+    return (f"Redis may evict the fleet's keys (maxmemory-policy {policy}): queued jobs and job records can be "
+            "lost without a trace once it reaches its memory limit; set maxmemory-policy noeviction")
 
 
 def redis_client(settings: Settings, *, retry_s: float = _RETRY_S) -> Any:

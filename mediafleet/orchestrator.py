@@ -51,7 +51,8 @@ class Orchestrator(Protocol):
         ...
 
     def status(self) -> dict[str, Any]:
-        """Queue lengths per capability queue, and live workers by device class."""
+        """Queue lengths per capability queue, live workers by device class, and warnings about the
+        fleet's Redis (one that may evict its keys)."""
         ...
 
 

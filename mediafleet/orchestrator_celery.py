@@ -19,7 +19,7 @@ from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.fleet_job import FleetJob
 from mediafleet.job import Job, refused_job
-from mediafleet.jobstore import JobStore, Watch, queue_lists
+from mediafleet.jobstore import JobStore, Watch, eviction_warning, queue_lists
 from mediafleet.presence import live_workers
 from mediafleet.settings import Settings
 from mediafleet.workers.middleware import report_part
@@ -209,4 +209,5 @@ class CeleryOrchestrator:
         workers: dict[str, list[str]] = {d.value: [] for d in DeviceClass}
         for worker in live_workers(client):
             workers.setdefault(worker.device, []).append(worker.hostname)
-        return {"queues": queues, "workers": workers}
+        warning = eviction_warning(client)
+        return {"queues": queues, "workers": workers, "warnings": [warning] if warning else []}

@@ -52,4 +52,4 @@ class InProcessOrchestrator:
         return None
 
     def status(self) -> dict[str, Any]:
-        return {"queues": {}, "workers": {d.value: [] for d in DeviceClass}}
+        return {"queues": {}, "workers": {d.value: [] for d in DeviceClass}, "warnings": []}

@@ -67,6 +67,52 @@ def test_a_held_job_runs_on_the_first_allowed_class_that_comes_up(fleet_env, sta
     assert record.request.device.value == "cpu" and record.completions == 1
 
 
+def test_a_redis_that_may_evict_the_fleets_keys_is_named_by_the_worker_and_by_status(
+        fleet_env, start_worker, tmp_path: Path) -> None:
+    """Under any policy but ``noeviction`` Redis drops keys to make room at its memory limit: a
+    queue's messages (``allkeys-*``) or the job records, which have a TTL (``volatile-*``). The
+    worker says so in its log at start-up and ``mediafleet status`` lists it; the fleet still
+    serves (a warning, as Sidekiq gives, not a refusal: no limit may be set yet)."""
+    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    dispatcher = fleet(fleet_env, tmp_path)
+    assert dispatcher.status()["warnings"] == []
+    client.config_set("maxmemory-policy", "volatile-lru")
+    try:
+        worker = start_worker("--concurrency=1")
+        line = wait_for(lambda: next((line for line in worker.log.read_text().splitlines()
+                                      if "maxmemory-policy volatile-lru" in line), None),
+                        what="the worker's warning")
+        assert "WARNING" in line and "set maxmemory-policy noeviction" in line
+        (warning,) = dispatcher.status()["warnings"]
+        assert "maxmemory-policy volatile-lru" in warning
+        assert dispatcher.submit(text_pdf(1)).bundle(timeout=120).status == "ok"
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+    assert dispatcher.status()["warnings"] == []
+
+
+def test_a_redis_user_without_info_still_gets_a_status(fleet_env, tmp_path: Path) -> None:
+    """The policy is read with ``INFO``; an ACL user refused it gets the status without the check."""
+    from mediafleet.jobstore import eviction_warning
+
+    admin = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    admin.acl_setuser("mf-noinfo", enabled=True, passwords=["+mf-noinfo-secret"], keys=["*"], channels=["*"],
+                      commands=["+@all", "-info"])
+    try:
+        host, port = admin.connection_pool.connection_kwargs["host"], admin.connection_pool.connection_kwargs["port"]
+        refused = redis.Redis(host=host, port=port, username="mf-noinfo", password="mf-noinfo-secret")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused.info("memory")
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            assert eviction_warning(refused) is None
+            assert "maxmemory-policy allkeys-lru" in eviction_warning(admin)
+        finally:
+            admin.config_set("maxmemory-policy", "noeviction")
+    finally:
+        admin.acl_deluser("mf-noinfo")
+
+
 def test_progress_is_recorded_and_the_state_is_never_ambiguous(fleet_env, start_worker, tmp_path: Path) -> None:
     start_worker("--concurrency=1", module=FAULTY)
     dispatcher = fleet(fleet_env, tmp_path)

@@ -34,7 +34,7 @@ from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass, Manifest
-from mediafleet.jobstore import JobStore
+from mediafleet.jobstore import JobStore, eviction_warning
 from mediafleet.presence import HEARTBEAT_S, TTL_S, Announcer
 from mediafleet.settings import Settings
 
@@ -163,6 +163,7 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
         if sender is None or sender.app is not app:
             return
         jobs = job_store(app)
+        _warn_of_eviction(jobs)
         queues = [q.name for q in sender.task_consumer.queues]
         announcer = Announcer(jobs.client, sender.hostname, settings.device.value, queues,
                               on_beat=_on_beat(app, jobs, manifest, settings), running=held_jobs)
@@ -184,6 +185,19 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
         retire()
         for signal, receiver in wired:
             signal.disconnect(receiver)
+
+
+def _warn_of_eviction(jobs: JobStore) -> None:
+    """Say at start-up, in the worker's log, when the fleet's Redis may evict its keys
+    (:func:`~mediafleet.jobstore.eviction_warning`); ``mediafleet status`` says it too."""
+    from mediafleet.unreachable import redis_away_errors
+
+    try:
+        warning = eviction_warning(jobs.client)
+    except redis_away_errors():
+        return  # Redis away again: the consumer and the heartbeat ride that out and say so
+    if warning is not None:
+        log.warning("%s", warning)
 
 
 def held_jobs() -> list[str] | None:
