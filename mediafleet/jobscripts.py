@@ -9,7 +9,7 @@ job once. Each script's keys and arguments are named in the comment above it.
 
 from __future__ import annotations
 
-__all__ = ["BRIEF", "CLAIM", "FINISH", "LOOK", "RECOVER", "RELEASE", "REPORT", "RESEND", "START"]
+__all__ = ["BRIEF", "CLAIM", "FINISH", "LOOK", "RECOVER", "RELEASE", "REPORT", "RESEND", "START", "TASK_RESULT"]
 
 
 # KEYS[1] record, KEYS[2] the held set, KEYS[3] Celery's result of the job's task, KEYS[4] the presence
@@ -245,4 +245,29 @@ if ARGV[3] == '1' and left > 0 then
 end
 if left < 0 then return -1 end
 return left
+"""
+
+
+# KEYS[1] a task's Celery result key, KEYS[2] the record of the job the task delivers (the task's id
+# is the job's); ARGV[1] the result (Celery's meta, JSON), ARGV[2] its lifetime in seconds ('' for
+# none), ARGV[3] the token of the delivery writing it. A delivery of an earlier submission (its token
+# no longer the record's: the job was claimed again since, which forgot that submission's result)
+# writes nothing, so it can never answer a later submission's waiters; nor does any write replace a
+# SUCCESS (as Celery's own store does not). Otherwise sets and publishes the result as Celery's Redis
+# backend does. Returns 1 when written.
+TASK_RESULT = """
+local token = redis.call('HGET', KEYS[2], 'token')
+if token and token ~= ARGV[3] then return 0 end
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, meta = pcall(cjson.decode, current)
+  if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then return 0 end
+end
+if ARGV[2] ~= '' then
+  redis.call('SETEX', KEYS[1], ARGV[2], ARGV[1])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return 1
 """

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "Claim", "JobRecord", "JobStore",
            "MessageFn", "OutcomeSigner", "Watch", "eviction_warning", "finished_channel", "queue_lists",
-           "redis_client"]
+           "redis_client", "task_result_writer"]
 
 # An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
@@ -99,6 +99,19 @@ def eviction_warning(client: Any) -> str | None:
         return None
     return (f"Redis may evict the fleet's keys (maxmemory-policy {policy}): queued jobs and job records can be "
             "lost without a trace once it reaches its memory limit; set maxmemory-policy noeviction")
+
+
+def task_result_writer(client: Any) -> Callable[[str, str, str, int | None, str], bool]:
+    """How a delivery writes its task's Celery result through ``client`` (Celery's backend's own):
+    ``write(task_id, key, value, expires_s, token)``, True when written. A delivery of an earlier
+    submission of the job writes nothing (:data:`mediafleet.jobscripts.TASK_RESULT`)."""
+    script = client.register_script(jobscripts.TASK_RESULT)
+
+    def write(task_id: str, key: str, value: str, expires_s: int | None, token: str) -> bool:
+        lifetime = str(int(expires_s)) if expires_s else ""
+        return bool(script(keys=[key, JobStore.key(task_id)], args=[value, lifetime, token]))
+
+    return write
 
 
 def redis_client(settings: Settings, *, retry_s: float = _RETRY_S) -> Any:

@@ -30,6 +30,17 @@ def test_one_celery_app_per_settings_however_many_calls(tmp_path: Path) -> None:
     assert other is not create_app(settings)  # another password reaches the fleet another way
 
 
+def test_each_app_has_its_own_task(tmp_path: Path) -> None:
+    """A process with two fleet apps (two settings) finalizes both: each has its own task, not the
+    first app's closure under the same name (as a shared task would be, with a warning)."""
+    from mediafleet.workers.app import EXTRACT_TASK
+
+    first = create_app(Settings(broker_url="redis://127.0.0.1:1/1", blob_root=tmp_path / "a"))
+    second = create_app(Settings(broker_url="redis://127.0.0.1:1/2", blob_root=tmp_path / "b"))
+    assert first.tasks[EXTRACT_TASK].run is not second.tasks[EXTRACT_TASK].run
+    assert first.tasks[EXTRACT_TASK].app is first and second.tasks[EXTRACT_TASK].app is second
+
+
 def test_delegate_extract_keeps_one_dispatcher_per_settings(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     seen: list[int] = []
     monkeypatch.setattr(dispatch_module.Dispatcher, "submit", lambda self, artifact, **kw: seen.append(id(self)))
@@ -127,6 +138,75 @@ def test_a_task_result_is_stored_only_where_a_waiter_may_need_it(redis_server, t
         assert client.get("celery-task-meta-mf-long") is None
     finally:
         client.flushdb()
+
+
+@pytest.mark.integration
+def test_a_stale_delivery_stores_no_task_result_over_a_later_submission(redis_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A task's id is its job's. A delivery of an earlier submission (cut off from Redis, frozen, or
+    failed by a time limit Celery enforced late) must not store its task result over a later
+    submission's: that submission's waiters would read it as theirs. Found with Redis away for 40 s
+    under running jobs: the parent process stored the old delivery's hard-limit failure after the
+    job was submitted again, and the resubmission failed ``worker_lost`` without having run. Only
+    a delivery whose token is the record's stores; a SUCCESS is never replaced; a task without a
+    token stores as Celery does."""
+    from celery.app.task import Context
+
+    app = create_app(Settings(broker_url=f"redis://127.0.0.1:{redis_server.port}/15", blob_root=tmp_path))
+    client = app.backend.client
+    jobs = JobStore(client, ttl_s=600)
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    key = f"celery-task-meta-{request.job_id}"
+    try:
+        first = jobs.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60)
+        assert jobs.cancel(request.job_id) == JobState.CANCELLED
+        second = jobs.claim(request, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=60)
+        assert first and second and first != second
+
+        app.backend.mark_as_failure(request.job_id, TimeoutError("hard time limit"),
+                                    request=Context(id=request.job_id, kwargs={"token": first}))
+        assert client.get(key) is None and app.AsyncResult(request.job_id).state == "PENDING"
+
+        app.backend.store_result(request.job_id, {"done": 1, "total": 2}, "PROGRESS",
+                                 request=Context(id=request.job_id, kwargs={"token": second}))
+        assert app.AsyncResult(request.job_id).state == "PROGRESS"
+        app.backend.mark_as_done(request.job_id, {"job_id": request.job_id, "status": "ok"},
+                                 request=Context(id=request.job_id, kwargs={"token": second}))
+        app.backend.mark_as_failure(request.job_id, TimeoutError("late"),
+                                    request=Context(id=request.job_id, kwargs={"token": second}))
+        assert app.AsyncResult(request.job_id).state == "SUCCESS"
+
+        app.backend.mark_as_failure("mf-no-token", TimeoutError("x"), request=Context(id="mf-no-token", kwargs={}))
+        assert app.AsyncResult("mf-no-token").state == "FAILURE"
+    finally:
+        client.flushdb()
+
+
+def test_a_progress_point_celery_cannot_store_is_dropped_and_the_job_goes_on(tmp_path: Path) -> None:
+    """Celery's ``update_state`` raises ``BackendStoreError`` once its retries of the write are spent
+    (Redis away for ~10 s or more). Found with Redis away for 40 s under a running job: that
+    progress point failed the job as ``internal_error``, which would have stuck had Redis come back
+    before the outcome was written. The task shell raises it as Redis's own error, and progress
+    reporting drops the point as it drops any with Redis away."""
+    import redis
+
+    from mediafleet.workers.app import EXTRACT_TASK, _publish_progress
+    from mediafleet.workers.middleware import Delivery, ProgressReporting
+    from tests.servers import free_port
+
+    port = free_port()
+    app = create_app(Settings(broker_url=f"redis://127.0.0.1:{port}/3", blob_root=tmp_path))
+    task = app.tasks[EXTRACT_TASK]
+    # This test's own app (nothing listens on its port): Celery gives up at once, not after ~20 s.
+    app.backend.max_retries = 1
+    app.backend.retry_policy = {**app.backend.retry_policy, "max_retries": 0}
+    away = JobStore(redis.Redis(port=port, socket_connect_timeout=0.2), ttl_s=60)
+    delivery = Delivery(pdf_request(LocalBlobStore(tmp_path / "blobs")), away,
+                        publish=lambda meta: _publish_progress(task, meta))
+    task.push_request(id="mf-away", kwargs={"token": "t"})
+    try:
+        assert ProgressReporting().on_progress(delivery, 1, 3) is False
+    finally:
+        task.pop_request()
 
 
 @pytest.mark.integration

@@ -29,17 +29,18 @@ from typing import Any
 
 from celery import Celery, Task, signals, states
 from celery.backends.redis import RedisBackend
-from celery.exceptions import Ignore
+from celery.exceptions import BackendStoreError, Ignore
 from celery.worker.consumer import Consumer
 from kombu.transport import redis as kombu_redis
 from kombu.utils import json as kombu_json
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisFull
 
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.blobstore import BlobStore, open_store
-from mediafleet.jobstore import JobStore
+from mediafleet.jobstore import JobStore, task_result_writer
 from mediafleet.settings import Settings
 from mediafleet.workers.boot import stop_worker
 from mediafleet.workers.middleware import Delivery, Skip, fleet_middleware, join_parts, report, run_chain
@@ -241,6 +242,34 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
         connection (``result_backend_always_retry``): it wrote nothing."""
         return isinstance(exc, RedisFull) or bool(super().exception_safe_to_retry(exc))
 
+    def _store_result(self, task_id: str, result: Any, state: str, traceback: Any = None, request: Any = None,
+                      **kwargs: Any) -> Any:
+        """Stores a fleet task's result only while its delivery is of the job's current submission.
+
+        A task's id is its job's, so a stale delivery (a worker that ran an earlier submission,
+        frozen or cut off from Redis meanwhile; a hard time limit Celery enforces late) would
+        otherwise store its failure over the task of a later submission of the same job, whose
+        waiters would read it as theirs and fail without the job having run (found with Redis away
+        for 40 s under running jobs). The check and the write are one step in Redis
+        (:func:`mediafleet.jobstore.task_result_writer`). Tasks without a token write as Celery does.
+        """
+        kwargs_of_task = getattr(request, "kwargs", None)
+        token = kwargs_of_task.get("token") if isinstance(kwargs_of_task, dict) else None
+        if not isinstance(token, str) or not token:
+            return super()._store_result(task_id, result, state, traceback, request=request, **kwargs)
+        meta = self._get_result_meta(result=result, state=state, traceback=traceback, request=request)
+        meta["task_id"] = task_id
+        value = self.encode(meta)
+        if len(value) > self._MAX_STR_VALUE_SIZE:
+            raise BackendStoreError("value too large for Redis backend")
+        expires = self.failure_expires if state == states.FAILURE else self.expires
+        if self._write_task_result is None:
+            self._write_task_result = task_result_writer(self.client)
+        self.ensure(self._write_task_result, (task_id, self.get_key_for_task(task_id), value, expires, token))
+        return result
+
+    _write_task_result: Callable[[str, str, str, int | None, str], bool] | None = None
+
     def mark_as_done(self, task_id: str, result: Any, request: Any = None, store_result: bool = True,
                      state: str = states.SUCCESS) -> None:
         """Stores a task's summary, but for a plain job whose delivery wrote its outcome into the
@@ -254,6 +283,19 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
             if result.get(PUBLISHED):
                 self.forget(task_id)
         super().mark_as_done(task_id, result, request=request, store_result=store_result, state=state)
+
+
+def _publish_progress(task: Task, meta: dict[str, Any]) -> None:
+    """A progress point as the task's ``PROGRESS`` state. Celery raises ``BackendStoreError`` once
+    its retries of the write are spent (Redis away ~10 s or more): that is Redis away, raised here as
+    Redis's own error, which the middleware's progress reporting rides out as best effort (found
+    with Redis away for 40 s under a running job, whose next progress point failed it as
+    ``internal_error``: an answer that would have stuck, had Redis come back before its outcome
+    was written)."""
+    try:
+        task.update_state(state="PROGRESS", meta=meta)
+    except BackendStoreError as exc:
+        raise RedisConnectionError("the task's progress state could not be stored") from exc
 
 
 _BACKENDS = {scheme: f"{__name__}:FleetRedisBackend" for scheme in ("redis", "rediss")}
@@ -430,11 +472,13 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
     app.mediafleet_jobs = stores  # type: ignore[attr-defined]
     app.mediafleet_on_refused = lambda job_id: refused(stores.get(), job_id)  # type: ignore[attr-defined]
 
-    @app.task(name=EXTRACT_TASK, bind=True)
+    # Not shared: a shared task is registered with every app the process finalizes, so a second
+    # fleet app (another settings' dispatcher) would get this app's closure under the same name.
+    @app.task(name=EXTRACT_TASK, bind=True, shared=False)
     def extract(self: Task, request: dict[str, Any], token: str = "") -> dict[str, Any]:
         req = ExtractRequest.model_validate(request)
         delivery = Delivery(req, stores.get(), token=token, hostname=self.request.hostname or "",
-                            publish=lambda meta: self.update_state(state="PROGRESS", meta=meta), retire=stop_worker)
+                            publish=lambda meta: _publish_progress(self, meta), retire=stop_worker)
         try:
             outcome = run_chain(chain, delivery, lambda progress: run_request(
                 req, manifest=manifest, store=store, device=settings.device, progress=progress,
