@@ -29,15 +29,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError as RedisFull
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from mediafleet.contract.errors import Cancelled, ErrorCode, MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.unreachable import redis_away_errors
 from mediafleet.workers.engines import broken_device
 from mediafleet.workers.parts import decides, join, named_job_id, own_part, report_head
 from mediafleet.workers.registry import progress_unit
@@ -50,8 +47,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("mediafleet.worker")
-# What Redis being briefly away (or full) looks like to a progress call.
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, RedisFull, OSError)
+# What Redis being briefly away (or full) looks like to a progress call: the fleet's one list of
+# Redis-away errors, and any socket or disk error.
+_TRANSIENT = (*redis_away_errors(), OSError)
 PROGRESS_EVERY_S = 1.0
 
 
