@@ -19,6 +19,7 @@ import redis
 
 from mediafleet.contract import JobState
 from tests.chaos.conftest import dispatcher, record_time, wait_started
+from tests.helpers import wait_for
 from tests.media import marked_pdf, text_pdf
 from tests.servers import RedisServer
 
@@ -128,4 +129,35 @@ def test_a_full_redis_pauses_the_fleet_and_loses_no_job(fleet_env, start_worker)
         assert fleet.jobs().get(job.id).completions == 1
     assert worker.proc.poll() is None
     assert "Redis is full" in worker.log.read_text()
+    client.close()
+
+
+def test_a_worker_asked_to_stop_while_redis_is_full_hands_its_message_back(fleet_env, start_worker) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM while the worker waits to record a delivery it has taken (Redis full): the message
+    is in no queue and in no unacknowledged record, only in the worker, so it does not exit then;
+    once Redis takes writes it records the delivery, stops warmly and hands the message back, and
+    another worker runs both jobs once. (Killed outright while it waits, the message is lost with
+    it: see the README's crash-safety table.)"""
+    worker = start_worker("--concurrency=1")
+    fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
+    assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
+    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")
+    try:
+        jobs = [fleet.submit(text_pdf(12 + i)) for i in range(2)]
+        wait_for(lambda: "waiting to record a delivery" in worker.log.read_text(), timeout=30,
+                 what="the worker waiting to record a delivery")
+        assert worker.proc is not None
+        worker.proc.terminate()
+        time.sleep(_DOWN_S)
+        assert worker.proc.poll() is None, "the worker exited holding a message it had taken"
+    finally:
+        client.config_set("maxmemory", "0")
+    assert worker.proc.wait(timeout=30) == 0
+    start_worker("--concurrency=1")
+    bundles = [job.bundle(timeout=60) for job in jobs]
+    assert [b.status for b in bundles] == ["ok", "ok"], [b.error for b in bundles]
+    for job in jobs:
+        assert fleet.jobs().get(job.id).completions == 1
     client.close()
