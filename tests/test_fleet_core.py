@@ -209,6 +209,51 @@ def test_a_progress_point_celery_cannot_store_is_dropped_and_the_job_goes_on(tmp
         task.pop_request()
 
 
+def test_a_delivery_taken_while_redis_is_full_is_kept_or_the_log_says_it_cannot_be(  # type: ignore[no-untyped-def]
+        redis_server, caplog) -> None:
+    """Before a worker waits for room to record a delivery it has taken, it keeps it in kombu's
+    unacknowledged record by a script Redis runs even when full (a worker killed while it waits then
+    loses nothing: tests/chaos/test_redis.py). A Redis that refuses the script (before 7 it knows no
+    script flags) is only waited out, and the log says what that risks."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import redis
+    from kombu.transport import redis as kombu_redis
+
+    from mediafleet.workers.app import _FleetQoS
+
+    def qos_on(client):  # type: ignore[no-untyped-def]
+        @contextmanager
+        def conn_or_acquire(client_: object = None):  # type: ignore[no-untyped-def]
+            yield client
+
+        qos = _FleetQoS.__new__(_FleetQoS)
+        qos.channel = SimpleNamespace(global_keyprefix="", unacked_key="mf-test-unacked",
+                                      unacked_index_key="mf-test-unacked-index", conn_or_acquire=conn_or_acquire)
+        return qos
+
+    message = SimpleNamespace(delivery_info={"exchange": "mf.ocr_pdf.cpu", "routing_key": "mf.ocr_pdf.cpu"},
+                              _raw={"headers": {"id": "mf-kept"}, "body": "e30="})
+    client = redis.Redis(port=redis_server.port, db=15)
+    client.delete("mf-test-unacked", "mf-test-unacked-index")
+    try:
+        qos_on(client)._keep(message, "tag-1")
+        kept = kombu_redis.loads(client.hget("mf-test-unacked", "tag-1"))
+        assert kept == [message._raw, "mf.ocr_pdf.cpu", "mf.ocr_pdf.cpu"]  # as kombu's own append keeps it
+        assert client.zscore("mf-test-unacked-index", "tag-1") is not None
+
+        class RedisSix:
+            def eval(self, *args: object) -> None:
+                raise redis.exceptions.ResponseError("Error compiling script (new function)")
+
+        qos_on(RedisSix())._keep(message, "tag-2")
+        assert "would not keep a delivery" in caplog.text
+    finally:
+        client.delete("mf-test-unacked", "mf-test-unacked-index")
+        client.close()
+
+
 @pytest.mark.integration
 def test_a_closed_watch_serves_the_next_waiter_and_a_discarded_one_does_not(jobs: JobStore) -> None:
     """A waiter's pub/sub connection goes back to the store when it is done (one connection for a

@@ -35,6 +35,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils import json as kombu_json
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisFull
+from redis.exceptions import RedisError
 
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
@@ -333,12 +334,48 @@ def _until_written(write: Callable[[], Any], what: str) -> Any:
             delay = min(delay * 2, 2.0)
 
 
+# kombu's record of a delivery (what its QoS.append writes: the tag in the unacked index, the message
+# in the unacked hash) as a script Redis runs even when it is full (the allow-oom flag, Redis 7+).
+# KEYS[1] the unacked index, KEYS[2] the unacked hash; ARGV[1] now, ARGV[2] the delivery tag,
+# ARGV[3] the message as kombu keeps it.
+_KEEP_DELIVERY = """#!lua flags=allow-oom
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+return 1
+"""
+
+
 class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
     """kombu's Redis acknowledgement emulation, waiting out a full Redis (:func:`_until_written`)
     where kombu's raises into the worker's consumer and stops the worker."""
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        _until_written(lambda: super(_FleetQoS, self).append(message, delivery_tag), "record a delivery")
+        """Records a delivery the consumer has just taken off its queue. When Redis is full the
+        message is then in no queue and in no record, only in this process: it is first kept in
+        kombu's unacknowledged record by a script Redis runs even when full (a few KiB per worker
+        over the limit), so that a worker killed while it waits loses nothing (the message comes
+        back after the visibility timeout, as any unacknowledged one), and then written the
+        ordinary way once Redis takes writes, the consumer taking no more messages meanwhile."""
+        write = lambda: super(_FleetQoS, self).append(message, delivery_tag)  # noqa: E731
+        try:
+            write()
+            return
+        except RedisFull:
+            self._keep(message, delivery_tag)
+        _until_written(write, "record a delivery")
+
+    def _keep(self, message: Any, delivery_tag: str) -> None:
+        if getattr(self.channel, "global_keyprefix", ""):
+            return  # kombu prefixes a command's keys, not a script's
+        delivery = message.delivery_info
+        kept = kombu_redis.dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+        try:
+            with self.channel.conn_or_acquire() as client:
+                client.eval(_KEEP_DELIVERY, 2, self.unacked_index_key, self.unacked_key, time.time(), delivery_tag,
+                            kept)
+        except RedisError:  # a Redis before 7 (no script flags), or one that refuses scripts: only wait
+            log.warning("Redis is full and would not keep a delivery this worker took by script; were the "
+                        "worker killed while it waits for room, that job would stay queued")
 
     def ack(self, delivery_tag: str) -> None:
         _until_written(lambda: super(_FleetQoS, self).ack(delivery_tag), "acknowledge a delivery")
