@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from celery import Celery, Task, signals, states
@@ -264,12 +265,12 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
         if len(value) > self._MAX_STR_VALUE_SIZE:
             raise BackendStoreError("value too large for Redis backend")
         expires = self.failure_expires if state == states.FAILURE else self.expires
-        if self._write_task_result is None:
-            self._write_task_result = task_result_writer(self.client)
         self.ensure(self._write_task_result, (task_id, self.get_key_for_task(task_id), value, expires, token))
         return result
 
-    _write_task_result: Callable[[str, str, str, int | None, str], bool] | None = None
+    @cached_property
+    def _write_task_result(self) -> Callable[[str, str, str, int | None, str], bool]:
+        return task_result_writer(self.client)
 
     def mark_as_done(self, task_id: str, result: Any, request: Any = None, store_result: bool = True,
                      state: str = states.SUCCESS) -> None:
