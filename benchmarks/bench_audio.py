@@ -118,7 +118,7 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
         from mediafleet import Dispatcher, Settings
 
         blobs = tempfile.TemporaryDirectory(prefix="mf-bench-audio-")  # removed when the child ends
-        dispatcher = Dispatcher(Settings(blob_root=Path(blobs.name)))
+        dispatcher = Dispatcher(Settings(blob_root=Path(blobs.name), broker_url=None))
         load = time.perf_counter()
         from mediafleet.workers.audio.model import whisper
 

@@ -59,23 +59,27 @@ def overhead(env: dict[str, str], plain: Any, jobs: int = 30) -> dict[str, float
     writes); the plain round trip is the floor that Celery itself sets on this machine."""
     d = dispatcher(env)
     blobs = tempfile.TemporaryDirectory(prefix="mf-bench-local-")  # removed when this function returns
-    local = Dispatcher(Settings(blob_root=Path(blobs.name)))
-    d.submit(make_pdf(1, salt="warm")).bundle(timeout=120)
-    local.submit(make_pdf(1, salt="warm")).bundle()
+    # broker_url=None: in-process whatever the environment names (a broker there would make this a
+    # second fleet dispatcher, whose jobs fail at once on a blob store the workers do not read)
+    local = Dispatcher(Settings(blob_root=Path(blobs.name), broker_url=None))
+    _ok(d.submit(make_pdf(1, salt="warm")).bundle(timeout=120))
+    _ok(local.submit(make_pdf(1, salt="warm")).bundle())
     plain.send_task("bench.noop", args=[0]).get(timeout=60)
     rounds, inside, here, bare = [], [], [], []
     for i in range(jobs):
         data = make_pdf(1, salt=f"o{i}-")
         start = time.perf_counter()
         job = d.submit(data)
-        job.bundle(timeout=120)
+        fleet_bundle = job.bundle(timeout=120)
         rounds.append(time.perf_counter() - start)
+        _ok(fleet_bundle)
         outcome = d.jobs().get(job.id).outcome
         inside.append((outcome.ended_at - outcome.started_at).total_seconds())
         same = make_pdf(1, salt=f"l{i}-")
         start = time.perf_counter()
-        local.submit(same).bundle()
+        local_bundle = local.submit(same).bundle()
         here.append(time.perf_counter() - start)
+        _ok(local_bundle)
         start = time.perf_counter()
         plain.send_task("bench.noop", args=[i]).get(timeout=60)
         bare.append(time.perf_counter() - start)
@@ -85,6 +89,12 @@ def overhead(env: dict[str, str], plain: Any, jobs: int = 30) -> dict[str, float
             "overhead_ms": (statistics.median(rounds) - statistics.median(inside)) * 1000,
             "plain_celery_noop_ms": statistics.median(bare) * 1000,
             "above_plain_celery_ms": (statistics.median(rounds) - statistics.median(here) - statistics.median(bare)) * 1000}
+
+
+def _ok(bundle: Any) -> None:
+    """A timed job must have done the work: a failed one (fast, and wrong) would skew the medians."""
+    if bundle.status != "ok":
+        sys.exit(f"a benchmark job ended {bundle.status}: {bundle.error}")
 
 
 def throughput(env: dict[str, str], jobs: int = 40, pages: int = 10, salt: str = "") -> float:
@@ -103,14 +113,26 @@ def throughput(env: dict[str, str], jobs: int = 40, pages: int = 10, salt: str =
 @contextmanager
 def plain_celery(env: dict[str, str]) -> Iterator[Any]:
     """A plain Celery worker (benchmarks/transport_app.py, one prefork process) on the fleet's
-    Redis, on a queue of its own; yields its app (the mediafleet worker ignores its queue)."""
+    Redis, on a queue of its own; yields its app (the mediafleet worker ignores its queue).
+
+    The app reads the broker from the environment when its module is imported; this process's
+    environment is given back as it was once the module is in, so that no dispatcher made later
+    here (the in-process one above all) finds the fleet's broker there."""
     worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchmarks.transport_app", "worker",
                                "--concurrency=1", "--loglevel=WARNING", "--hostname=transport@%h"],
                               env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         sys.path.insert(0, str(ROOT))
+        before = {name: os.environ.get(name) for name in env}
         os.environ.update(env)
-        from benchmarks import transport_app
+        try:
+            from benchmarks import transport_app
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
         app = transport_app.app
         deadline = time.monotonic() + 60

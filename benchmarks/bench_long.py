@@ -98,7 +98,7 @@ def _child(mode: str, path: Path) -> dict[str, Any]:
         from mediafleet import Dispatcher, Settings
 
         blobs = tempfile.TemporaryDirectory(prefix="mf-bench-long-")  # removed when the child ends, after timing
-        dispatcher = Dispatcher(Settings(blob_root=Path(blobs.name)))
+        dispatcher = Dispatcher(Settings(blob_root=Path(blobs.name), broker_url=None))
         bundle = dispatcher.submit(path).bundle()
         assert bundle.status == "ok", bundle.error
         loci = _loci(bundle)

@@ -97,7 +97,7 @@ def peak_child(mode: str, path: Path, blobs: Path) -> None:
     if mode == "bare":
         bare(path)
     else:
-        Dispatcher(Settings(blob_root=blobs)).submit(path).bundle()
+        Dispatcher(Settings(blob_root=blobs, broker_url=None)).submit(path).bundle()
     print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
@@ -146,7 +146,7 @@ def speed(pages: int = 500, rounds: int = 5) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-pdf-"))
     path = tmp / "big.pdf"
     path.write_bytes(make_pdf(pages))
-    local = Dispatcher(Settings(blob_root=tmp / "blobs"))
+    local = Dispatcher(Settings(blob_root=tmp / "blobs", broker_url=None))
     rows = [("PDF", "pages", "bare pages/s", "mediafleet pages/s", "vs bare", "vs bare, CPU time")]
     for doc_path, rounds_here in [(path, rounds), *[(p, max(rounds, 7)) for p in real_pdfs(unpack_to=tmp / "real")]]:
         local.submit(doc_path).bundle()  # warm: the first run of a file pays for its blob copy and imports
@@ -166,7 +166,7 @@ def main(pages: int = 500, small_jobs: int = 20, rounds: int = 5, with_fleet: bo
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-pdf-"))
     path = tmp / "big.pdf"
     path.write_bytes(make_pdf(pages))
-    local = Dispatcher(Settings(blob_root=tmp / "blobs"))
+    local = Dispatcher(Settings(blob_root=tmp / "blobs", broker_url=None))
 
     local.submit(path).bundle()  # warm: the first run of a file pays for its blob copy and imports
     gen = interleaved({"bare": lambda: bare(path), "local": lambda: local.submit(path).bundle()}, rounds)

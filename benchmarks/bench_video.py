@@ -185,7 +185,7 @@ def main(rounds: int = 5) -> None:
     threads = os.cpu_count() or 1
     configure(EngineConfig(threads=threads))
     blobs = Path(tempfile.mkdtemp(prefix="mf-bench-video-"))
-    dispatcher = Dispatcher(Settings(blob_root=blobs, threads=threads))
+    dispatcher = Dispatcher(Settings(blob_root=blobs, threads=threads, broker_url=None))
     paths: list[tuple[str, Callable[[Path], list[int]]]] = [
         ("ffmpeg -f null (bare decode, floor)", ffmpeg_null),
         ("ffmpeg select='gt(scene,0.3)'", ffmpeg_scene),
