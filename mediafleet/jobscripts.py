@@ -9,7 +9,7 @@ job once. Each script's keys and arguments are named in the comment above it.
 
 from __future__ import annotations
 
-__all__ = ["BRIEF", "CLAIM", "FINISH", "LOOK", "RECOVER", "RELEASE", "REPORT", "RESEND", "START", "TASK_RESULT"]
+__all__ = ["BRIEF", "CLAIM", "FINISH", "LOOK", "RECOVER", "RELEASE", "REPORT", "RESEND", "START", "TAKE", "TASK_RESULT"]
 
 
 # KEYS[1] record, KEYS[2] the held set, KEYS[3] Celery's result of the job's task, KEYS[4] the presence
@@ -113,6 +113,20 @@ elseif state == 'cancelled' and redis.call('HEXISTS', KEYS[1], 'outcome') == 0
 end
 return {attempts, state, parts}
 """
+
+
+# KEYS[1] record, KEYS[2] the started set, KEYS[3] kombu's index of unacknowledged deliveries (a
+# sorted set), KEYS[4] kombu's unacknowledged deliveries (a hash); ARGV[1..5] as START's, ARGV[6]
+# the time the message was taken, ARGV[7] its delivery tag, ARGV[8] the delivery as kombu keeps it.
+# START as a worker's consumer takes the message, in the step that records the delivery as
+# unacknowledged the way kombu's Redis QoS.append does (so the message comes back after the
+# visibility timeout unless acknowledged): one round trip where the two were two, one of them in
+# the pool process before the job ran. That record is written first: a Redis at its memory limit
+# refuses the script at that first write, having written nothing. Returns what START returns.
+TAKE = """
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[7])
+redis.call('HSET', KEYS[4], ARGV[7], ARGV[8])
+""" + START
 
 
 # KEYS[1] record, KEYS[2] the started set; ARGV[1] the delivery that must own the record ('' for

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from mediafleet.settings import Settings
 
 __all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "Claim", "JobRecord", "JobStore",
-           "MessageFn", "OutcomeSigner", "Watch", "eviction_warning", "finished_channel", "queue_lists",
-           "redis_client", "task_result_writer"]
+           "MessageFn", "OutcomeSigner", "Started", "Watch", "delivery_taker", "eviction_warning", "finished_channel",
+           "queue_lists", "redis_client", "task_result_writer"]
 
 # An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
@@ -112,6 +112,32 @@ def task_result_writer(client: Any) -> Callable[[str, str, str, int | None, str]
         return bool(script(keys=[key, JobStore.key(task_id)], args=[value, lifetime, token]))
 
     return write
+
+
+Started = tuple[int, JobState | None, dict[str, str]]
+"""What counting a delivery gives (:meth:`JobStore.start`): its number (-1 for a stale message, 0 for
+an unknown job), the record's state before it, and the parts the job fanned out (name -> job id)."""
+
+
+def _started(reply: Sequence[Any]) -> Started:
+    attempts, before, parts = (v.decode() if isinstance(v, bytes) else v for v in reply)
+    return int(attempts), (JobState(before) if before else None), json.loads(parts) if parts else {}
+
+
+def delivery_taker(client: Any) -> Callable[[str, str, str, tuple[str, str], str, str], Started]:
+    """How a worker's consumer counts a delivery as it takes the message, through ``client`` (kombu's
+    own: no retries, which would stall the consumer's loop): ``take(job_id, hostname, token,
+    (unacked index, unacked hash), delivery tag, the delivery as kombu keeps it)`` records the
+    delivery as kombu's QoS would and starts it as :meth:`JobStore.start` does, in one step
+    (:data:`mediafleet.jobscripts.TAKE`); returns what ``start`` returns."""
+    script = client.register_script(jobscripts.TAKE)
+
+    def take(job_id: str, hostname: str, token: str, unacked: tuple[str, str], tag: str, kept: str) -> Started:
+        now = time.time()
+        return _started(script(keys=[JobStore.key(job_id), _STARTED, *unacked],
+                               args=[hostname, os.getpid(), now, token, job_id, now, tag, kept]))
+
+    return take
 
 
 def redis_client(settings: Settings, *, retry_s: float = _RETRY_S) -> Any:
@@ -886,7 +912,7 @@ class JobStore:
         token = self._resend(keys=[self.key(job_id)], args=[time.time(), after_s])
         return token.decode() if isinstance(token, bytes) else token
 
-    def start(self, job_id: str, hostname: str, token: str) -> tuple[int, JobState | None, dict[str, str]]:
+    def start(self, job_id: str, hostname: str, token: str) -> Started:
         """Count a delivery; returns (deliveries so far, the state before this one, the parts the
         job fanned out: name -> job id).
 
@@ -894,12 +920,8 @@ class JobStore:
         Otherwise the count is this delivery's number, which owns the record from now on: pass it
         as ``delivery`` to :meth:`finish` and :meth:`report_part`.
         """
-        attempts, before, parts = (
-            v.decode() if isinstance(v, bytes) else v
-            for v in self._start(keys=[self.key(job_id), _STARTED],
-                                 args=[hostname, os.getpid(), time.time(), token, job_id])
-        )
-        return int(attempts), (JobState(before) if before else None), json.loads(parts) if parts else {}
+        return _started(self._start(keys=[self.key(job_id), _STARTED],
+                                    args=[hostname, os.getpid(), time.time(), token, job_id]))
 
     def progress(self, job_id: str, done: int, total: int | None, unit: str) -> JobState | None:
         """Record progress; returns the current state (so a worker sees a cancellation)."""
@@ -950,6 +972,10 @@ class JobStore:
         if progress is not None:
             done, total, unit = progress
             fields.update(done=str(done), total="" if total is None else str(total), unit=unit)
+        if delivery is not None:
+            # The process that ran it (a worker's consumer may have counted the delivery as it took
+            # the message, naming its own process: :func:`delivery_taker`).
+            fields["pid"] = str(os.getpid())
         flat = [x for kv in fields.items() for x in kv]
         written = self._finish(keys=[self.key(outcome.job_id), _STARTED, finished_channel(outcome.job_id)], args=[
             "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",

@@ -254,6 +254,101 @@ def test_a_delivery_taken_while_redis_is_full_is_kept_or_the_log_says_it_cannot_
         client.close()
 
 
+def test_the_consumer_counts_a_fleet_delivery_in_the_step_that_records_it(  # type: ignore[no-untyped-def]
+        redis_server, tmp_path: Path, monkeypatch) -> None:
+    """A worker's consumer counts a fleet delivery as it takes the message, in the script that
+    records it unacknowledged as kombu's QoS does (one round trip, not two, and none left for the
+    pool process before the job runs), and hands the count on in the message's header, through
+    kombu's own consumer code and a real Redis. The delivery kombu keeps has no such header, so a
+    message that comes back is counted again; a header nobody set here is removed; a count is
+    read by the pool process only where messages are not signed; a request this worker cannot
+    read is left uncounted."""
+    import base64
+    import json
+
+    import redis
+    from celery.app.task import Context
+
+    from mediafleet.workers import app as app_module
+
+    url = f"redis://127.0.0.1:{redis_server.port}/15"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    settings = Settings(broker_url=url, blob_root=tmp_path)
+    app = create_app(settings)
+    capability = settings.manifest().capability("ocr_pdf")
+    request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
+    jobs = JobStore(client, ttl_s=60)
+    queue = capability.queue(DeviceClass.CPU)
+    Announcer(client, "w@test", "cpu", [queue]).start()
+
+    def message(candidate, token):  # type: ignore[no-untyped-def]
+        return app_module.extract_message(app, candidate, capability, token, 4)
+
+    monkeypatch.setattr(app_module, "_TAKING", app_module._Taking("w@test"))
+    try:
+        claim = jobs.claim_routed([(queue, request)], held_reason="x", priority=4, keep_s=60, message=message)
+        assert claim.sent
+        with app.connection_for_read() as conn:
+            inbox = conn.SimpleQueue(queue, no_ack=False)
+            got = inbox.get(timeout=10)
+            record = jobs.get(request.job_id)
+            assert record is not None and record.state == JobState.STARTED and record.attempts == 1
+            assert record.hostname == "w@test"
+            assert got.headers[app_module.TAKEN_HEADER] == [1, "queued", {}]
+            kept, _, _ = json.loads(client.hget("unacked", got.delivery_tag))
+            assert app_module.TAKEN_HEADER not in kept["headers"] and kept["headers"]["id"] == request.job_id
+            assert client.zscore("unacked_index", got.delivery_tag) is not None
+
+            got.requeue()  # back from kombu's record: counted again, as any new delivery
+            again = inbox.get(timeout=10)
+            assert again.headers[app_module.TAKEN_HEADER] == [2, "started", {}]
+            again.ack()
+            assert client.hlen("unacked") == 0
+
+            # A consumer that does not count (signed messages) removes a header it did not set.
+            monkeypatch.setattr(app_module, "_TAKING", None)
+            forged = jobs.claim_routed([(queue, pdf_request(LocalBlobStore(tmp_path / "blobs"), pages=2))],
+                                       held_reason="x", priority=4, keep_s=60, message=message)
+            assert forged.sent
+            key = queue + "\x06\x165"
+            raw = json.loads(client.rpop(key))
+            raw["headers"][app_module.TAKEN_HEADER] = [1, "queued", {}]
+            client.lpush(key, json.dumps(raw))
+            plain = inbox.get(timeout=10)
+            assert app_module.TAKEN_HEADER not in plain.headers
+            plain.ack()
+
+            # A request this worker cannot read (a field of a later release's) is not counted: the
+            # pool process fails it before it starts, and its waiter sees that no delivery did.
+            monkeypatch.setattr(app_module, "_TAKING", app_module._Taking("w@test"))
+            later = pdf_request(LocalBlobStore(tmp_path / "blobs"), pages=4)
+            assert jobs.claim_routed([(queue, later)], held_reason="x", priority=4, keep_s=60, message=message).sent
+            raw = json.loads(client.rpop(key))
+            args, kwargs, embed = json.loads(base64.b64decode(raw["body"]))
+            args[0]["a_field_of_a_later_release"] = 1
+            raw["body"] = base64.b64encode(json.dumps([args, kwargs, embed]).encode()).decode()
+            client.lpush(key, json.dumps(raw))
+            unread = inbox.get(timeout=10)
+            assert app_module.TAKEN_HEADER not in unread.headers
+            record = jobs.get(later.job_id)
+            assert record is not None and record.state == JobState.QUEUED and record.attempts == 0
+            unread.ack()
+            inbox.close()
+
+        signed = Settings(broker_url=url, blob_root=tmp_path, signing_key_file=tmp_path / "key.pem",
+                          signing_cert_file=tmp_path / "cert.pem", signing_cert_store=tmp_path)
+        ctx = Context(**{app_module.TAKEN_HEADER: [1, "queued", {"speech": "mf-x"}]})
+        assert app_module.taken(ctx, settings) == (1, JobState.QUEUED, {"speech": "mf-x"})
+        assert app_module.taken(ctx, signed) is None
+        for bad in ([1, "queued"], ["1", "queued", {}], [1, "no such state", {}], [1, "", {"a": 1}], "1"):
+            assert app_module.taken(Context(**{app_module.TAKEN_HEADER: bad}), settings) is None
+        assert app_module.taken(Context(), settings) is None
+    finally:
+        client.flushdb()
+        client.close()
+
+
 @pytest.mark.integration
 def test_a_closed_watch_serves_the_next_waiter_and_a_discarded_one_does_not(jobs: JobStore) -> None:
     """A waiter's pub/sub connection goes back to the store when it is done (one connection for a

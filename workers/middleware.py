@@ -65,8 +65,8 @@ class Skip(Exception):  # a signal, like dramatiq's SkipMessage, not an error
 class Delivery:
     """One delivery of a job's message to this worker: what the middleware know and share.
 
-    The shell fills the first four fields; :class:`DeliveryCounting` fills ``attempt``, ``before``
-    and ``parts``; :class:`ProgressReporting` keeps ``state`` (the record's state at the last
+    The shell fills the first four fields (and ``taken``, when the worker's consumer counted the
+    delivery); :class:`DeliveryCounting` fills ``attempt``, ``before`` and ``parts``; :class:`ProgressReporting` keeps ``state`` (the record's state at the last
     progress report) and :class:`ProgressThrottle` ``progress_at``; :class:`OutcomeReporting` sets
     ``finished`` when its report finished the caller's job.
     """
@@ -79,6 +79,9 @@ class Delivery:
     """Publishes progress where the broker's clients see it (the shell: Celery's ``PROGRESS`` state)."""
     retire: Callable[[str], None] = field(default=lambda why: None)
     """Stops this worker, saying why (the shell: a warm shutdown of the worker's main process)."""
+    taken: tuple[int, JobState | None, dict[str, str]] | None = None
+    """The count the worker's consumer made of this delivery as it took the message (the shell:
+    :func:`mediafleet.workers.app.taken`), or None: :class:`DeliveryCounting` makes it."""
     attempt: int = 0
     """This delivery's number (:meth:`JobStore.start`); it owns the job's record while no newer one started."""
     before: JobState | None = None
@@ -140,7 +143,8 @@ def run_chain(middleware: Sequence[Middleware], delivery: Delivery, run: Callabl
 
 class DeliveryCounting(Middleware):
     """Counts the delivery in the job's record (which this delivery owns from then on) and skips a
-    message there is nothing to run for.
+    message there is nothing to run for. A delivery the worker's consumer counted as it took the
+    message (``delivery.taken``) is not counted again.
 
     Skipped: a message of a submission that was cancelled and claimed again (the current submission
     has its own message), and a second message for a job already finished (sent again for a job
@@ -150,7 +154,8 @@ class DeliveryCounting(Middleware):
     """
 
     def before_run(self, delivery: Delivery) -> Outcome | None:
-        attempt, before, parts = delivery.jobs.start(delivery.request.job_id, delivery.hostname, delivery.token)
+        attempt, before, parts = delivery.taken or delivery.jobs.start(delivery.request.job_id, delivery.hostname,
+                                                                       delivery.token)
         delivery.attempt, delivery.before, delivery.parts = attempt, before, parts
         if attempt < 0 or before in (JobState.DONE, JobState.FAILED):
             raise Skip
