@@ -147,8 +147,11 @@ class CeleryOrchestrator:
         allowed = "/".join(d.value for d in capability.devices)
         reason = f"no live worker for {capability.action} on {allowed}"
 
-        def message(candidate: ExtractRequest, token: str) -> tuple[str, str] | None:
+        def made(candidate: ExtractRequest, token: str) -> tuple[str, str] | None:
             return extract_message(self.app, candidate, capability, token, level)
+
+        # The claim pushes the message itself only where the queues are in the records' database.
+        message = made if self.settings.one_redis() else None
 
         claim = jobs.claim_routed(candidates, held_reason=reason, priority=level, keep_s=keep_s, parts=parts,
                                   message=message)
@@ -201,11 +204,13 @@ class CeleryOrchestrator:
 
     def status(self) -> dict[str, Any]:
         client = self.jobs().client
-        queues: dict[str, int] = {}
-        for cap in self.manifest.capabilities.values():
-            for device in cap.devices:
-                name = cap.queue(device)
-                queues[name] = sum(client.llen(n) for n in queue_lists(name))
+        names = [cap.queue(device) for cap in self.manifest.capabilities.values() for device in cap.devices]
+        if self.settings.one_redis():
+            queues = {name: sum(client.llen(n) for n in queue_lists(name)) for name in names}
+        else:  # the queues are in the broker's database, the records in the result backend's
+            with self.app.connection_for_read() as connection:
+                broker = connection.default_channel.client
+                queues = {name: sum(broker.llen(n) for n in queue_lists(name)) for name in names}
         workers: dict[str, list[str]] = {d.value: [] for d in DeviceClass}
         for worker in live_workers(client):
             workers.setdefault(worker.device, []).append(worker.hostname)

@@ -191,6 +191,12 @@ class Settings(BaseSettings):
     def backend(self) -> str | None:
         return _with_password(self.result_backend or self.broker_url, self.redis_password)
 
+    def one_redis(self) -> bool:
+        """Whether the queues and the job records are in one Redis database (no separate
+        ``result_backend``): only then can one script both write a record and push or take a
+        message (the claim, a worker's count of the delivery it takes)."""
+        return self.broker() == self.backend()
+
 
 def _with_password(url: str | None, password: SecretStr | None) -> str | None:
     if url is None or password is None or not url.startswith(("redis://", "rediss://")):

@@ -371,3 +371,31 @@ def test_outcomes_are_kept_for_the_callers_pickup_window(fleet_env, start_worker
     assert short.bundle(timeout=120).status == "ok" and long.bundle(timeout=120).status == "ok"
     assert 0 < client.ttl(dispatcher.jobs().key(short.id)) <= 60
     assert 60 < client.ttl(dispatcher.jobs().key(long.id)) <= 86_400
+
+
+def test_a_fleet_whose_records_are_in_another_redis_database_runs_its_jobs(fleet_env, start_worker,
+                                                                          tmp_path: Path) -> None:
+    """``MEDIAFLEET_RESULT_BACKEND`` may name another Redis database than the broker's: the job
+    records (and the workers' presence) are there, the queues in the broker's. The claim then
+    leaves the message to Celery's publish, and the worker's consumer leaves the count to the pool
+    process (one script cannot reach both databases); ``status`` counts the queues in the broker's.
+    Found when the claim began pushing the message itself: such a fleet's jobs waited forever."""
+    import redis
+
+    base, db = fleet_env["MEDIAFLEET_BROKER_URL"].rsplit("/", 1)
+    records = f"{base}/{15 if int(db) != 15 else 14}"
+    redis.Redis.from_url(records).flushdb()
+    dispatcher = fleet(fleet_env, tmp_path, result_backend=records)
+    held = dispatcher.submit(text_pdf(2))
+    assert dispatcher.jobs().get(held.id).state == JobState.HELD  # no worker yet: in its record
+    start_worker("--concurrency=1", env={"MEDIAFLEET_RESULT_BACKEND": records})
+    assert held.bundle(timeout=60).status == "ok"
+    job = dispatcher.submit(text_pdf(1))
+    assert job.bundle(timeout=60).status == "ok"
+    record = dispatcher.jobs().get(job.id)
+    assert record.state == JobState.DONE and record.attempts == 1
+    assert redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"]).exists(f"mediafleet:job:{job.id}") == 0
+    redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"]).lpush("mf.analyze_image.gpu", "a message")
+    status = dispatcher.status()  # no worker reads that queue: it stays there, counted from the broker's database
+    assert status["queues"]["mf.analyze_image.gpu"] == 1 and status["queues"]["mf.ocr_pdf.cpu"] == 0
+    assert status["workers"]["cpu"]

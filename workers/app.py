@@ -210,14 +210,17 @@ def refused(jobs: JobStore, job_id: str) -> bool:
 class FleetConsumer(Consumer):  # type: ignore[misc]
     """Celery's consumer, which also records each message it refuses (bad content type, failed
     signature) in the job's record, through the app's ``mediafleet_on_refused``, and, where task
-    messages are not signed, counts each fleet delivery as it takes the message
-    (:class:`_FleetQoS`), under this worker's name."""
+    messages are not signed and the job records are in the broker's Redis database, counts each
+    fleet delivery as it takes the message (:class:`_FleetQoS`), under this worker's name."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         global _TAKING
-        # A signed message's body is trusted only once Celery has checked it, in the pool process.
-        _TAKING = None if "auth" in (self.app.conf.accept_content or ()) else _Taking(self.hostname)
+        # A signed message's body is trusted only once Celery has checked it, in the pool process;
+        # and one script can write the record and kombu's only where both are in one database.
+        signed = "auth" in (self.app.conf.accept_content or ())
+        one_redis = self.app.conf.broker_url == self.app.conf.result_backend
+        _TAKING = _Taking(self.hostname) if one_redis and not signed else None
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         super().on_decode_error(message, exc)
