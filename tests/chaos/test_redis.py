@@ -103,6 +103,14 @@ def test_a_redis_away_past_every_clients_retries_fails_no_job_for_good(own_redis
     _outage(own_redis, slow_fleet, crash=False, down_s=40.0)
 
 
+def _acknowledged(client: redis.Redis) -> None:
+    """Wait until the worker has acknowledged the delivery of the job whose bundle just came back
+    (the waiter wakes on the job's outcome, a moment before the worker's consumer acknowledges):
+    a Redis filled in between holds the consumer in that acknowledgement, not in the recording of
+    the next delivery that the test waits for (found in CI)."""
+    wait_for(lambda: client.hlen("unacked") == 0, timeout=30, what="the first delivery acknowledged")
+
+
 def test_a_full_redis_pauses_the_fleet_and_loses_no_job(fleet_env, start_worker) -> None:  # type: ignore[no-untyped-def]
     """Redis at its memory limit with ``noeviction`` refuses every write. The worker that had just
     taken a message could not record its delivery: Celery took kombu's error as unrecoverable and
@@ -113,6 +121,7 @@ def test_a_full_redis_pauses_the_fleet_and_loses_no_job(fleet_env, start_worker)
     fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
     assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
     client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    _acknowledged(client)
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", "1")  # below what it holds: every write is refused
     try:
@@ -145,6 +154,7 @@ def test_a_worker_asked_to_stop_while_redis_is_full_hands_its_message_back(fleet
     fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
     assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
     client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    _acknowledged(client)
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", "1")
     try:
@@ -179,6 +189,7 @@ def test_a_worker_killed_while_redis_is_full_loses_not_the_message_it_took(fleet
     fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest)
     assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
     client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
+    _acknowledged(client)
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", "1")
     try:
