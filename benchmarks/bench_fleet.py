@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -123,16 +124,8 @@ def plain_celery(env: dict[str, str]) -> Iterator[Any]:
                               env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         sys.path.insert(0, str(ROOT))
-        before = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
-        try:
+        with patch.dict(os.environ, env):
             from benchmarks import transport_app
-        finally:
-            for name, value in before.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
         app = transport_app.app
         deadline = time.monotonic() + 60

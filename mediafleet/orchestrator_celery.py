@@ -8,7 +8,8 @@ already there; with no live worker of an allowed device class the job is held, n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -202,15 +203,18 @@ class CeleryOrchestrator:
         job = self.job(job_id)
         return job.cancel() if job is not None else None
 
+    @contextmanager
+    def _broker_client(self) -> Iterator[Any]:
+        """A Redis client on the broker's database, through the app's own broker connection."""
+        with self.app.connection_for_read() as connection:
+            yield connection.default_channel.client
+
     def status(self) -> dict[str, Any]:
         client = self.jobs().client
         names = [cap.queue(device) for cap in self.manifest.capabilities.values() for device in cap.devices]
-        if self.settings.one_redis():
-            queues = {name: sum(client.llen(n) for n in queue_lists(name)) for name in names}
-        else:  # the queues are in the broker's database, the records in the result backend's
-            with self.app.connection_for_read() as connection:
-                broker = connection.default_channel.client
-                queues = {name: sum(broker.llen(n) for n in queue_lists(name)) for name in names}
+        # The queues are in the broker's database; the records (and presence) in the result backend's.
+        with nullcontext(client) if self.settings.one_redis() else self._broker_client() as broker:
+            queues = {name: sum(broker.llen(n) for n in queue_lists(name)) for name in names}
         workers: dict[str, list[str]] = {d.value: [] for d in DeviceClass}
         for worker in live_workers(client):
             workers.setdefault(worker.device, []).append(worker.hostname)

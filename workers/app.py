@@ -43,7 +43,7 @@ from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.blobstore import BlobStore, open_store
-from mediafleet.jobstore import JobStore, delivery_taker, task_result_writer
+from mediafleet.jobstore import JobStore, Started, delivery_taker, task_result_writer
 from mediafleet.settings import Settings
 from mediafleet.workers.boot import stop_worker
 from mediafleet.workers.middleware import Delivery, Skip, fleet_middleware, join_parts, report, run_chain
@@ -395,7 +395,7 @@ class _Taking:
 _TAKING: _Taking | None = None  # set in a worker's main process by its consumer (FleetConsumer)
 
 
-def taken(request: Any, settings: Settings) -> tuple[int, JobState | None, dict[str, str]] | None:
+def taken(request: Any, settings: Settings) -> Started | None:
     """The count a fleet task's consumer made of this delivery as it took the message (its
     :data:`TAKEN_HEADER`, on the task's request), or None: the pool process counts it itself
     (:class:`~mediafleet.workers.middleware.DeliveryCounting`). Never read where messages are
@@ -412,6 +412,12 @@ def taken(request: Any, settings: Settings) -> tuple[int, JobState | None, dict[
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in parts.items()):
         return None
     return attempts, state, parts
+
+
+def _kept_form(message: Any) -> str:
+    """A delivery as kombu's Redis QoS keeps it in its unacknowledged record (and restores it from)."""
+    delivery = message.delivery_info
+    return str(kombu_redis.dumps([message._raw, delivery["exchange"], delivery["routing_key"]]))
 
 
 class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
@@ -451,11 +457,9 @@ class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
         taking = _TAKING
         if taking is None or getattr(self.channel, "global_keyprefix", "") or (job := taking.job_of(message)) is None:
             return False  # kombu prefixes a command's keys, not a script's
-        delivery = message.delivery_info
-        kept = kombu_redis.dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
         job_id, token = job
         count = self.channel.taker()(job_id, taking.hostname, token, (self.unacked_index_key, self.unacked_key),
-                                     delivery_tag, kept)
+                                     delivery_tag, _kept_form(message))
         message.headers[TAKEN_HEADER] = [count[0], count[1].value if count[1] else "", count[2]]
         kombu_virtual.QoS.append(self, message, delivery_tag)  # what kombu's append does after its write
         return True
@@ -463,8 +467,7 @@ class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
     def _keep(self, message: Any, delivery_tag: str) -> None:
         if getattr(self.channel, "global_keyprefix", ""):
             return  # kombu prefixes a command's keys, not a script's
-        delivery = message.delivery_info
-        kept = kombu_redis.dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+        kept = _kept_form(message)
         try:
             with self.channel.conn_or_acquire() as client:
                 client.eval(_KEEP_DELIVERY, 2, self.unacked_index_key, self.unacked_key, time.time(), delivery_tag,

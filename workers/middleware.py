@@ -33,7 +33,7 @@ from mediafleet.contract.errors import Cancelled, ErrorCode, MediafleetError, Pu
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest
 from mediafleet.discovery.hook import index_finished
-from mediafleet.jobstore import MAX_DELIVERIES, JobStore
+from mediafleet.jobstore import MAX_DELIVERIES, JobStore, Started
 from mediafleet.unreachable import redis_away_errors
 from mediafleet.workers.engines import broken_device
 from mediafleet.workers.parts import decides, join, named_job_id, own_part, report_head
@@ -66,9 +66,10 @@ class Delivery:
     """One delivery of a job's message to this worker: what the middleware know and share.
 
     The shell fills the first four fields (and ``taken``, when the worker's consumer counted the
-    delivery); :class:`DeliveryCounting` fills ``attempt``, ``before`` and ``parts``; :class:`ProgressReporting` keeps ``state`` (the record's state at the last
-    progress report) and :class:`ProgressThrottle` ``progress_at``; :class:`OutcomeReporting` sets
-    ``finished`` when its report finished the caller's job.
+    delivery); :class:`DeliveryCounting` fills ``attempt``, ``before`` and ``parts``;
+    :class:`ProgressReporting` keeps ``state`` (the record's state at the last progress report) and
+    :class:`ProgressThrottle` ``progress_at``; :class:`OutcomeReporting` sets ``finished`` when its
+    report finished the caller's job.
     """
 
     request: ExtractRequest
@@ -79,7 +80,7 @@ class Delivery:
     """Publishes progress where the broker's clients see it (the shell: Celery's ``PROGRESS`` state)."""
     retire: Callable[[str], None] = field(default=lambda why: None)
     """Stops this worker, saying why (the shell: a warm shutdown of the worker's main process)."""
-    taken: tuple[int, JobState | None, dict[str, str]] | None = None
+    taken: Started | None = None
     """The count the worker's consumer made of this delivery as it took the message (the shell:
     :func:`mediafleet.workers.app.taken`), or None: :class:`DeliveryCounting` makes it."""
     attempt: int = 0

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from mediafleet import Dispatcher
 from mediafleet.contract import JobState
 from tests.chaos.conftest import dispatcher, record_time, wait_started, write_manifest
 from tests.helpers import wait_for
@@ -103,12 +104,18 @@ def test_a_redis_away_past_every_clients_retries_fails_no_job_for_good(own_redis
     _outage(own_redis, slow_fleet, crash=False, down_s=40.0)
 
 
-def _acknowledged(client: redis.Redis) -> None:
-    """Wait until the worker has acknowledged the delivery of the job whose bundle just came back
-    (the waiter wakes on the job's outcome, a moment before the worker's consumer acknowledges):
-    a Redis filled in between holds the consumer in that acknowledgement, not in the recording of
-    the next delivery that the test waits for (found in CI)."""
+def _full_after_a_first_job(fleet: Dispatcher, url: str) -> redis.Redis:
+    """Run one job, wait until the worker has acknowledged its delivery, then fill Redis (at its
+    memory limit with ``noeviction``: below what it holds, every write is refused); returns the
+    client that filled it. The waiter wakes on the job's outcome a moment before the worker's
+    consumer acknowledges: a Redis filled in between holds the consumer in that acknowledgement,
+    not in the recording of the next delivery these tests wait for (found in CI)."""
+    assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
+    client = redis.Redis.from_url(url)
     wait_for(lambda: client.hlen("unacked") == 0, timeout=30, what="the first delivery acknowledged")
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")
+    return client
 
 
 def test_a_full_redis_pauses_the_fleet_and_loses_no_job(fleet_env, start_worker) -> None:  # type: ignore[no-untyped-def]
@@ -119,11 +126,7 @@ def test_a_full_redis_pauses_the_fleet_and_loses_no_job(fleet_env, start_worker)
     Redis takes writes again, and every job finishes, once."""
     worker = start_worker("--concurrency=1")
     fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
-    assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
-    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
-    _acknowledged(client)
-    client.config_set("maxmemory-policy", "noeviction")
-    client.config_set("maxmemory", "1")  # below what it holds: every write is refused
+    client = _full_after_a_first_job(fleet, fleet_env["MEDIAFLEET_BROKER_URL"])
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
             client.set("mf-test-probe", "1")
@@ -152,11 +155,7 @@ def test_a_worker_asked_to_stop_while_redis_is_full_hands_its_message_back(fleet
     it: see the README's crash-safety table.)"""
     worker = start_worker("--concurrency=1")
     fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]))
-    assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
-    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
-    _acknowledged(client)
-    client.config_set("maxmemory-policy", "noeviction")
-    client.config_set("maxmemory", "1")
+    client = _full_after_a_first_job(fleet, fleet_env["MEDIAFLEET_BROKER_URL"])
     try:
         jobs = [fleet.submit(text_pdf(12 + i)) for i in range(2)]
         wait_for(lambda: "waiting to record a delivery" in worker.log.read_text(), timeout=30,
@@ -187,11 +186,7 @@ def test_a_worker_killed_while_redis_is_full_loses_not_the_message_it_took(fleet
     worker_env = {"MEDIAFLEET_MANIFEST_FILE": str(manifest)}
     worker = start_worker("--concurrency=1", env=worker_env)
     fleet = dispatcher(fleet_env["MEDIAFLEET_BROKER_URL"], Path(fleet_env["MEDIAFLEET_BLOB_ROOT"]), manifest)
-    assert fleet.submit(text_pdf(1)).bundle(timeout=60).status == "ok"
-    client = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
-    _acknowledged(client)
-    client.config_set("maxmemory-policy", "noeviction")
-    client.config_set("maxmemory", "1")
+    client = _full_after_a_first_job(fleet, fleet_env["MEDIAFLEET_BROKER_URL"])
     try:
         pdfs = [text_pdf(22 + i) for i in range(2)]
         jobs = [fleet.submit(pdf) for pdf in pdfs]
