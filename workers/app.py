@@ -209,18 +209,14 @@ def refused(jobs: JobStore, job_id: str) -> bool:
 
 class FleetConsumer(Consumer):  # type: ignore[misc]
     """Celery's consumer, which also records each message it refuses (bad content type, failed
-    signature) in the job's record, through the app's ``mediafleet_on_refused``, and, where task
-    messages are not signed and the job records are in the broker's Redis database, counts each
-    fleet delivery as it takes the message (:class:`_FleetQoS`), under this worker's name."""
+    signature) in the job's record, through the app's ``mediafleet_on_refused``, and, where the
+    app's ``mediafleet_counts_taken`` says so, counts each fleet delivery as it takes the message
+    (:class:`_FleetQoS`), under this worker's name."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         global _TAKING
-        # A signed message's body is trusted only once Celery has checked it, in the pool process;
-        # and one script can write the record and kombu's only where both are in one database.
-        signed = "auth" in (self.app.conf.accept_content or ())
-        one_redis = self.app.conf.broker_url == self.app.conf.result_backend
-        _TAKING = _Taking(self.hostname) if one_redis and not signed else None
+        _TAKING = _Taking(self.hostname) if getattr(self.app, "mediafleet_counts_taken", False) else None
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         super().on_decode_error(message, exc)
@@ -615,6 +611,10 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
     stores = _ProcessStore(settings, store)
     app.mediafleet_jobs = stores  # type: ignore[attr-defined]
     app.mediafleet_on_refused = lambda job_id: refused(stores.get(), job_id)  # type: ignore[attr-defined]
+    # Whether its workers' consumers count a delivery as they take the message (FleetConsumer): not
+    # where messages are signed (a body is trusted only once Celery has checked it, in the pool
+    # process), and only where one script can write both the record and kombu's (one database).
+    app.mediafleet_counts_taken = settings.one_redis() and settings.signing_key_file is None  # type: ignore[attr-defined]
 
     # Not shared: a shared task is registered with every app the process finalizes, so a second
     # fleet app (another settings' dispatcher) would get this app's closure under the same name.
