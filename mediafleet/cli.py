@@ -114,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     wk.add_argument("--device", choices=["cpu", "gpu", "auto"],
                     help="the device class to serve; auto: gpu when a CUDA device is visible, else cpu")
     wk.add_argument("--pool", default="prefork", choices=["prefork", "solo", "threads"],
-                    help="Celery's execution pool (default prefork; solo runs jobs in the main process)")
+                    help="Celery's execution pool (default prefork, the only one of these with time limits; solo "
+                         "runs jobs in the main process)")
     wk.add_argument("--loglevel", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                     type=str.upper, help="log level (default INFO)")
     wk.add_argument("--hostname", help="worker node name (default: Celery's)")
