@@ -17,7 +17,10 @@
   and a video worker plus an audio worker with 1 thread each (the parts run side by side).
 
 Run: ``.venv/bin/python benchmarks/bench_fleet.py``; ``--only overhead`` (or ``throughput``,
-``transport``, ``speech``; repeatable) runs only those parts and writes no results file.
+``transport``, ``speech``; repeatable) runs only those parts and writes no results file. ``--runs N``
+repeats the overhead part N times on the same fleet and gives each measure as its range over the
+runs, with how many runs met the aim (under ``AIM_MS`` against in-process): the machine's phases
+move single runs by a millisecond or more, so one run cannot say whether the aim holds.
 """
 
 from __future__ import annotations
@@ -200,6 +203,29 @@ def speech_fan_out(repeat: int = 5) -> dict[str, float]:
 
 
 PARTS = ("overhead", "throughput", "transport", "speech")
+AIM_MS = 5.0  # issue 11's aim for the overhead against in-process
+OVERHEAD_ROWS = (
+    ("round_trip_ms", "round trip, 1-page PDF (median)"),
+    ("in_worker_ms", "of which in the worker's job"),
+    ("overhead_ms", "fleet overhead per job (round trip less the worker's job)"),
+    ("in_process_ms", "same job in-process (submit -> bundle, interleaved)"),
+    ("overhead_vs_in_process_ms", "fleet overhead per job against in-process"),
+    ("plain_celery_noop_ms", "plain Celery, a task that does nothing (same Redis, interleaved)"),
+    ("above_plain_celery_ms", "the fleet's own part: that overhead less plain Celery's round trip"),
+)
+
+
+def overhead_rows(runs: list[dict[str, float]]) -> list[tuple[str, str]]:
+    """The overhead part's rows: each measure (its range over ``runs`` where there are several)
+    and how many runs met the aim."""
+    rows = []
+    for key, label in OVERHEAD_ROWS:
+        low, high = min(r[key] for r in runs), max(r[key] for r in runs)
+        digits = 2 if key == "overhead_vs_in_process_ms" else 1  # the aim's measure: 4.99 is not 5.0
+        rows.append((label, f"{low:.{digits}f} ms" if len(runs) == 1 else f"{low:.{digits}f}-{high:.{digits}f} ms"))
+    met = sum(r["overhead_vs_in_process_ms"] < AIM_MS for r in runs)
+    rows.append((f"runs under the {AIM_MS:g} ms aim against in-process", f"{met} of {len(runs)}"))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -207,9 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", action="append", choices=PARTS,
                         help="run only this part (repeatable); the results file is written only for a full run")
     parser.add_argument("--jobs", type=int, default=30, help="sequential jobs the overhead part times (default 30)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="times the overhead part runs, on the same fleet (default 1); measures given as ranges")
     args = parser.parse_args(argv)
     parts = set(args.only or PARTS)
-    over: dict[str, float] | None = None
+    overs: list[dict[str, float]] = []
     tput1 = tput2 = None
     moved: dict[str, float] | None = None
     speech: dict[str, float] | None = None
@@ -217,7 +245,8 @@ def main(argv: list[str] | None = None) -> None:
         # the plain Celery worker only for the parts that use it (not idle beside the throughput jobs)
         with fleet(workers=1, concurrency=1) as env, \
                 (plain_celery(env) if parts & {"overhead", "transport"} else nullcontext()) as plain:
-            over = overhead(env, plain, jobs=args.jobs) if "overhead" in parts else None
+            if "overhead" in parts:
+                overs = [overhead(env, plain, jobs=args.jobs) for _ in range(max(1, args.runs))]
             tput1 = throughput(env, salt="a") if "throughput" in parts else None
             moved = transport(env, plain) if "transport" in parts else None
     if "throughput" in parts:
@@ -226,16 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     if "speech" in parts:
         speech = speech_fan_out()
     rows: list[tuple[str, ...]] = [("measure", "value")]
-    if over is not None:
-        rows += [
-            ("round trip, 1-page PDF (median)", f"{over['round_trip_ms']:.1f} ms"),
-            ("of which in the worker's job", f"{over['in_worker_ms']:.1f} ms"),
-            ("fleet overhead per job (round trip less the worker's job)", f"{over['overhead_ms']:.1f} ms"),
-            ("same job in-process (submit -> bundle, interleaved)", f"{over['in_process_ms']:.1f} ms"),
-            ("fleet overhead per job against in-process", f"{over['overhead_vs_in_process_ms']:.1f} ms"),
-            ("plain Celery, a task that does nothing (same Redis, interleaved)", f"{over['plain_celery_noop_ms']:.1f} ms"),
-            ("the fleet's own part: that overhead less plain Celery's round trip", f"{over['above_plain_celery_ms']:.1f} ms"),
-        ]
+    if overs:
+        rows += overhead_rows(overs)
     if tput1 is not None and tput2 is not None:
         rows += [
             ("10-page jobs/s, 1 worker process", f"{tput1:.1f}"),
@@ -258,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     print(table(rows))
     if args.only:
         return
-    out = write_results("fleet", {"overhead": over, "jobs_per_s": {"1_process": tput1, "2_processes": tput2},
+    out = write_results("fleet", {"overhead_runs": overs, "jobs_per_s": {"1_process": tput1, "2_processes": tput2},
                                   "transport_10mb": moved, "video_with_speech": speech})
     print(f"wrote {out}")
 
