@@ -5,7 +5,10 @@
   in-process, and minus the time the worker spent in the job (the outcome's started/ended times);
   interleaved with a task that does nothing on a plain Celery app through the same Redis (the
   floor Celery itself sets: benchmarks/transport_app.py), and what is left of the overhead above
-  that floor (the fleet's own part: its job records, the claim, the notice);
+  that floor (the fleet's own part: its job records, the claim, the notice); and, as this
+  machine's share of it, what waking costs here: a Redis round trip back to back against one after
+  both sides slept as long as a 1-page job runs (each hop of a fleet job wakes a process that slept
+  through the job; an in-process job wakes none);
 * throughput: 40 ten-page PDF jobs submitted at once, one worker with ``--concurrency`` 1 then 2
   (this machine has 2 cores, shared with the dispatcher and Redis);
 * transport: a 10 MB artifact as a base64 message argument (what today's callers send) versus a
@@ -45,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_pdf import make_pdf  # noqa: E402
 from benchmarks.harness import ROOT, fleet, table, write_results  # noqa: E402
 from mediafleet import Dispatcher, LocalBlobStore, Settings  # noqa: E402
+
+WAKE_ASLEEP_S = 0.005  # about a 1-page job's length: how long each process on a fleet job's path sleeps
 
 
 def dispatcher(env: dict[str, str], threads: int = 1) -> Dispatcher:
@@ -93,6 +98,39 @@ def overhead(env: dict[str, str], plain: Any, jobs: int = 30) -> dict[str, float
             "overhead_ms": (statistics.median(rounds) - statistics.median(inside)) * 1000,
             "plain_celery_noop_ms": statistics.median(bare) * 1000,
             "above_plain_celery_ms": (statistics.median(rounds) - statistics.median(here) - statistics.median(bare)) * 1000}
+
+
+def wake_cost(url: str, asleep_s: float = WAKE_ASLEEP_S, pings: int = 300) -> dict[str, float]:
+    """What waking costs on this machine: a Redis round trip (PING) right after another, against
+    one after the client, and so the server too, slept ``asleep_s``, paired ping by ping (medians
+    in microseconds). Every hop of a fleet job goes to a process that slept through the job; on a
+    virtual machine whose idle CPUs halt (KVM's haltpoll), the first work after a sleep runs
+    slower, and that cost is the machine's, not the fleet code's."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    woken, warm = [], []
+    try:
+        client.ping()
+        for _ in range(pings):
+            time.sleep(asleep_s)
+            start = time.perf_counter()
+            client.ping()
+            middle = time.perf_counter()
+            client.ping()
+            woken.append(middle - start)
+            warm.append(time.perf_counter() - middle)
+    finally:
+        client.close()
+    return {"asleep_ms": asleep_s * 1000, "back_to_back_us": statistics.median(warm) * 1e6,
+            "after_sleep_us": statistics.median(woken) * 1e6}
+
+
+def wake_rows(cost: dict[str, float]) -> list[tuple[str, str]]:
+    """The wake-up measure's rows."""
+    return [("this machine: a Redis round trip back to back", f"{cost['back_to_back_us']:.0f} us"),
+            (f"same, both sides asleep {cost['asleep_ms']:g} ms before (a 1-page job's length)",
+             f"{cost['after_sleep_us']:.0f} us ({cost['after_sleep_us'] / cost['back_to_back_us']:.1f}x)")]
 
 
 def _ok(bundle: Any) -> None:
@@ -238,6 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     parts = set(args.only or PARTS)
     overs: list[dict[str, float]] = []
+    woke: dict[str, float] | None = None
     tput1 = tput2 = None
     moved: dict[str, float] | None = None
     speech: dict[str, float] | None = None
@@ -247,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
                 (plain_celery(env) if parts & {"overhead", "transport"} else nullcontext()) as plain:
             if "overhead" in parts:
                 overs = [overhead(env, plain, jobs=args.jobs) for _ in range(max(1, args.runs))]
+                woke = wake_cost(env["MEDIAFLEET_BROKER_URL"])
             tput1 = throughput(env, salt="a") if "throughput" in parts else None
             moved = transport(env, plain) if "transport" in parts else None
     if "throughput" in parts:
@@ -257,6 +297,8 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[tuple[str, ...]] = [("measure", "value")]
     if overs:
         rows += overhead_rows(overs)
+    if woke is not None:
+        rows += wake_rows(woke)
     if tput1 is not None and tput2 is not None:
         rows += [
             ("10-page jobs/s, 1 worker process", f"{tput1:.1f}"),
@@ -279,7 +321,8 @@ def main(argv: list[str] | None = None) -> None:
     print(table(rows))
     if args.only:
         return
-    out = write_results("fleet", {"overhead_runs": overs, "jobs_per_s": {"1_process": tput1, "2_processes": tput2},
+    out = write_results("fleet", {"overhead_runs": overs, "wake_cost": woke,
+                                  "jobs_per_s": {"1_process": tput1, "2_processes": tput2},
                                   "transport_10mb": moved, "video_with_speech": speech})
     print(f"wrote {out}")
 

@@ -31,3 +31,14 @@ def test_several_runs_give_ranges_and_count_only_runs_strictly_under_the_aim() -
     assert rows["same job in-process (submit -> bundle, interleaved)"] == "3.8-7.1 ms"
     assert rows[f"runs under the {AIM_MS:g} ms aim against in-process"] == "1 of 3"
     assert len(rows) == len(OVERHEAD_ROWS) + 1
+
+
+def test_the_wake_cost_pairs_a_round_trip_after_a_sleep_with_one_right_after(redis_server) -> None:
+    from benchmarks.bench_fleet import wake_cost, wake_rows
+
+    cost = wake_cost(redis_server.url, asleep_s=0.001, pings=20)
+    assert cost["asleep_ms"] == 1.0
+    assert cost["back_to_back_us"] > 0 and cost["after_sleep_us"] > 0
+    rows = dict(wake_rows({"asleep_ms": 5.0, "back_to_back_us": 90.4, "after_sleep_us": 253.0}))
+    assert rows["this machine: a Redis round trip back to back"] == "90 us"
+    assert rows["same, both sides asleep 5 ms before (a 1-page job's length)"] == "253 us (2.8x)"
