@@ -105,10 +105,11 @@ def wake_cost(url: str, asleep_s: float = WAKE_ASLEEP_S, pings: int = 300) -> di
     one after the client, and so the server too, slept ``asleep_s``, paired ping by ping (medians
     in microseconds). Every hop of a fleet job goes to a process that slept through the job; on a
     virtual machine whose idle CPUs halt (KVM's haltpoll), the first work after a sleep runs
-    slower, and that cost is the machine's, not the fleet code's."""
-    import redis
+    slower, and that cost is the machine's, not the fleet code's. The fleet's own client, as its
+    job store reaches Redis."""
+    from mediafleet.jobstore import redis_client
 
-    client = redis.Redis.from_url(url)
+    client = redis_client(Settings(broker_url=url), retry_s=0)
     woken, warm = [], []
     try:
         client.ping()

@@ -3,7 +3,7 @@ as its range over the runs, and how many runs met issue 11's aim (strictly under
 
 from __future__ import annotations
 
-from benchmarks.bench_fleet import AIM_MS, OVERHEAD_ROWS, overhead_rows
+from benchmarks.bench_fleet import AIM_MS, OVERHEAD_ROWS, overhead_rows, wake_cost, wake_rows
 
 
 def _run(overhead: float, **rest: float) -> dict[str, float]:
@@ -34,8 +34,6 @@ def test_several_runs_give_ranges_and_count_only_runs_strictly_under_the_aim() -
 
 
 def test_the_wake_cost_pairs_a_round_trip_after_a_sleep_with_one_right_after(redis_server) -> None:
-    from benchmarks.bench_fleet import wake_cost, wake_rows
-
     cost = wake_cost(redis_server.url, asleep_s=0.001, pings=20)
     assert cost["asleep_ms"] == 1.0
     assert cost["back_to_back_us"] > 0 and cost["after_sleep_us"] > 0
