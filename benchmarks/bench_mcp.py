@@ -50,7 +50,7 @@ from benchmarks.harness import ROOT, table, write_results  # noqa: E402
 from mediafleet.sniff import sniff  # noqa: E402
 from tests.servers import free_port  # noqa: E402
 
-SAMPLES = ROOT / "mediafleet" / "samples"
+SAMPLES = ROOT / "src" / "mediafleet" / "samples"
 # sample file -> (the callers' tool, its action)
 CALLS = {
     "harbour-report.pdf": ("pdf_action", "ocr_pdf"),

@@ -148,7 +148,7 @@ def sample_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Eviden
     """Real bundles: ``pdf``, ``png``, ``opus`` (the samples), ``mp4`` (speech), ``scan`` (OCR)."""
     from mediafleet import Dispatcher, Settings
 
-    samples = ROOT / "mediafleet" / "samples"
+    samples = ROOT / "src" / "mediafleet" / "samples"
     dispatcher = Dispatcher(Settings(blob_root=tmp_path_factory.mktemp("discovery-blobs")))
     media = {
         "pdf": (samples / "harbour-report.pdf").read_bytes(),

@@ -31,7 +31,7 @@ from tests.engine import engine_blob_store
 from tests.mcp_client import Caller, mcp_server, server_env
 from tests.media import text_pdf
 
-SAMPLES = ROOT / "mediafleet" / "samples"
+SAMPLES = ROOT / "src" / "mediafleet" / "samples"
 DATA = ROOT / "tests" / "data"
 
 pytestmark = pytest.mark.integration

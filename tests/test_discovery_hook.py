@@ -18,7 +18,7 @@ from mediafleet.discovery.units import Scope, units_from_bundle
 from tests.conftest import ROOT, free_port
 from tests.media import text_pdf
 
-SAMPLE_PDF = ROOT / "mediafleet" / "samples" / "harbour-report.pdf"
+SAMPLE_PDF = ROOT / "src" / "mediafleet" / "samples" / "harbour-report.pdf"
 VIDEO = ROOT / "tests" / "data" / "speech.mp4"
 
 

@@ -33,7 +33,7 @@ from tests.media import scanned
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "mediafleet" / "samples"
+SAMPLES = ROOT / "src" / "mediafleet" / "samples"
 DATA = ROOT / "tests" / "data"
 
 CAPABILITIES = ["pdf_text_layer", "pdf_scanned", "image", "audio", "video_speech"]
