@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: install what the tests need, then run the whole suite.
-#   Debian: redis-server and postgresql (the tests start their own on free loopback ports), ffmpeg, espeak-ng, docker-compose.
+#   Debian: redis-server and postgresql (the tests start their own on free loopback ports), ffmpeg, espeak-ng,
+#   docker.io, docker-compose and debootstrap (the container test starts its own dockerd when none runs).
 #   Python: this package with every extra, into ./.venv.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -10,7 +11,9 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v ffmpeg >/dev/null || missing+=(ffmpeg)
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)  # speech made at run time in tests/test_audio_sentences.py
-command -v docker-compose >/dev/null || missing+=(docker-compose)  # validates docker/compose.yaml
+command -v docker-compose >/dev/null || missing+=(docker-compose)  # validates and runs docker/compose.yaml
+[ -x /usr/bin/docker ] && command -v dockerd >/dev/null || missing+=(docker.io)  # tests/test_containers.py builds and runs the images
+command -v debootstrap >/dev/null || missing+=(debootstrap)  # the images' base where no registry answers (docker/build.sh)
 command -v chromium >/dev/null || missing+=(chromium)  # renders the HTML report in tests/test_report.py
 # PostgreSQL for the discovery index tests (they run their own server on a free loopback port).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
