@@ -57,9 +57,15 @@ def server_env(blob_root: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def mcp_server(env: dict[str, str], *args: str, log: Path) -> Iterator[Caller]:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "mediafleet.cli", "serve-mcp", *args],
-                                   env=env, cwd=str(ROOT))
+def mcp_server(env: dict[str, str], *args: str, log: Path, cwd: Path = ROOT,
+               console_script: bool = False) -> Iterator[Caller]:
+    """A stdio ``serve-mcp`` and a client session on it; ``console_script``: started as the callers'
+    mcp_config starts it (this venv's ``mediafleet`` executable) instead of ``python -m``."""
+    if console_script:
+        command, argv = str(Path(sys.executable).with_name("mediafleet")), ["serve-mcp", *args]
+    else:
+        command, argv = sys.executable, ["-m", "mediafleet.cli", "serve-mcp", *args]
+    params = StdioServerParameters(command=command, args=argv, env=env, cwd=str(cwd))
     with open(log, "w") as errlog, start_blocking_portal() as portal, ExitStack() as stack:
         read, write = stack.enter_context(portal.wrap_async_context_manager(stdio_client(params, errlog=errlog)))
         session = stack.enter_context(portal.wrap_async_context_manager(ClientSession(read, write)))

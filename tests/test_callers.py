@@ -268,7 +268,7 @@ def test_a_job_outlives_the_call_and_a_retry_gets_it(tmp_path: Path) -> None:
     assert started_at(answers[0]) == started_at(answers[1])  # one run, picked up twice
     assert audio_segments(answers[0]) == audio_segments(answers[1])
     (job,) = [p for p in (tmp_path / "jobs").iterdir() if p.is_dir()]
-    assert sorted(p.name for p in job.iterdir()) == ["bundle.json", "lock", "request.json"]
+    assert sorted(p.name for p in job.iterdir()) == ["bundle.json", "lock", "request.json", "runner.log"]
 
 
 def test_a_killed_runner_is_started_again_and_nothing_is_lost(tmp_path: Path,
@@ -289,6 +289,58 @@ def test_a_killed_runner_is_started_again_and_nothing_is_lost(tmp_path: Path,
     os.utime(folder / "starting", (stale, stale))
     bundle = jobs.run(folder.name, {"digest": digest, "action": "ocr_pdf", "options": {}}, timeout=120)
     assert bundle.status == "ok" and bundle.artifact.digest == digest
+
+
+@pytest.mark.parametrize(("runner", "code", "retryable"), [
+    ("import sys; sys.stderr.write('broken install'); sys.exit(3)", "internal_error", False),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "worker_lost", True),
+])
+def test_a_runner_that_dies_is_reported_once_and_the_next_call_runs_the_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        runner: str, code: str, retryable: bool) -> None:
+    """A detached runner that crashes or is killed is the failure it is, at once: not "still
+    running" until the call's wait runs out. It is told to one call and kept by none, so the next
+    call starts a runner again (the real one here) and gets the bundle."""
+    from mediafleet import localjobs
+    from mediafleet.blobstore import open_store
+    from mediafleet.localjobs import LocalJobs, RunnerDied
+
+    store = open_store(Settings(blob_root=tmp_path / "blobs"))
+    digest, _, _ = store.put_stream(io.BytesIO(text_pdf(1)))
+    monkeypatch.setenv("MEDIAFLEET_BLOB_ROOT", str(tmp_path / "blobs"))
+    jobs = LocalJobs(tmp_path / "jobs", detached=True, ttl_s=3600)
+    request = {"digest": digest, "action": "ocr_pdf", "options": {}}
+    real = localjobs.python
+    monkeypatch.setattr(localjobs, "python", lambda *_: real("-c", runner))
+    began = time.monotonic()
+    with pytest.raises(RunnerDied) as died:
+        jobs.run("mf-" + "b" * 32, request, timeout=120)
+    assert time.monotonic() - began < 60  # told as it happened, well before the wait ran out
+    public = died.value.public()
+    assert (public.code, public.retryable) == (code, retryable)
+    assert "/" not in public.message and "Traceback" not in public.message  # no paths, no stack
+    if code == "internal_error":
+        assert "broken install" in caplog.text  # the runner's own words reach the server's log only
+    monkeypatch.setattr(localjobs, "python", real)
+    bundle = jobs.run("mf-" + "b" * 32, request, timeout=120)
+    assert bundle.status == "ok" and bundle.artifact.digest == digest
+    assert not (jobs.folder("mf-" + "b" * 32) / "died.json").exists()
+
+
+def test_the_callers_tools_answer_from_a_folder_that_holds_a_partial_mediafleet(tmp_path: Path) -> None:
+    """The callers start ``mediafleet serve-mcp`` wherever they are; a folder holding a ``mediafleet``
+    directory (the clone's root used to) must not shadow the installed package in the job runner
+    the server starts (``-P``)."""
+    clone = tmp_path / "clone"
+    (clone / "mediafleet").mkdir(parents=True)
+    (clone / "mediafleet" / "__init__.py").write_text("raise ImportError('a partial mediafleet folder')\n")
+    pdf = text_pdf(2)
+    env = server_env(tmp_path / "blobs")
+    with mcp_server(env, "--wait", "120", log=tmp_path / "server.log", cwd=clone, console_script=True) as caller:
+        answer = decode(caller.call("pdf_action", params_of(pdf, hashlib.sha256(pdf).hexdigest(),
+                                                            "application/pdf"))[0])
+    assert answer.get("available", True), answer
+    assert [p[0] for p in pdf_pages(answer)] == [1, 2]
 
 
 # -- same ids, same evidence ----------------------------------------------------------------------

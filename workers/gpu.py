@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from functools import cache
+
+from mediafleet.interpreter import python
 
 __all__ = ["visible_gpus"]
 
@@ -19,7 +20,7 @@ _ASK_CTRANSLATE2 = "import ctranslate2, sys; sys.stdout.write(str(ctranslate2.ge
 
 def _ctranslate2_count() -> int:
     try:
-        done = subprocess.run([sys.executable, "-c", _ASK_CTRANSLATE2], capture_output=True, text=True,
+        done = subprocess.run(python("-c", _ASK_CTRANSLATE2), capture_output=True, text=True,
                               timeout=120, check=False)
         return int(done.stdout.strip() or 0)
     except (OSError, ValueError, subprocess.SubprocessError):

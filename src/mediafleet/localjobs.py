@@ -14,7 +14,12 @@ job still running. Nothing is run twice and nothing finished is lost:
 * ``request.json``: what to run (the stored blob's digest, the action, the options);
 * ``bundle.json``: the finished bundle, written atomically; an ``ok`` bundle or a permanent
   failure. A retryable failure is written to ``retry.json`` instead, handed to the next call
-  once and then removed, so the call after it runs the job again.
+  once and then removed, so the call after it runs the job again;
+* ``runner.log``: what a detached runner wrote on stderr (private to the server's user);
+* ``died.json``: a detached runner ended without leaving a bundle (it crashed, or was killed): the
+  server that started it writes its exit status here, and the waiting call answers it as the
+  failure it is (:class:`RunnerDied`) instead of "still running". Like ``retry.json`` it is handed
+  to one call and removed, so a later call runs the job again.
 
 Job folders older than the result TTL are swept when the store opens.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -35,9 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
-from mediafleet.contract.errors import TimedOut
+from mediafleet.contract.errors import ErrorCode, MediafleetError, TimedOut
+from mediafleet.interpreter import python
 
-__all__ = ["LocalJobs", "run_folder"]
+__all__ = ["LocalJobs", "RunnerDied", "run_folder"]
+
+log = logging.getLogger(__name__)
 
 _POLL_S = 0.1
 _JOB_ID = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -59,6 +68,27 @@ def _try_lock(path: Path) -> Iterator[bool]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+class RunnerDied(MediafleetError):
+    """A job's detached runner ended before it left a bundle.
+
+    Killed by a signal (the kernel's OOM killer, an operator): ``worker_lost``, retryable, since the
+    same job may well finish on the next call. Exited with a status of its own (it crashed, say on
+    a broken install): ``internal_error``, not retryable, since calling again meets the same fault;
+    either way nothing is kept, so the call after the one that was told runs the job again.
+    """
+
+    def __init__(self, returncode: int) -> None:
+        if returncode < 0:
+            super().__init__("the job's runner process was killed before it finished (the server's log has "
+                             "its signal); calling again runs the job again", code=ErrorCode.WORKER_LOST)
+            self.retryable = True
+        else:
+            super().__init__(f"the job's runner process exited with status {returncode} before it finished "
+                             "(the server's log has its output)", code=ErrorCode.INTERNAL_ERROR)
+            self.retryable = False
+        self.returncode = returncode
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -109,6 +139,7 @@ class LocalJobs:
 
         Raises:
             TimedOut: still running after ``timeout``; it goes on, and a later call attaches to it.
+            RunnerDied: its detached runner ended without a bundle (told to this call only).
         """
         folder = self.folder(job_id)
         folder.mkdir(exist_ok=True, mode=0o700)
@@ -135,6 +166,14 @@ class LocalJobs:
             except FileNotFoundError:  # another caller took it: that one reports it
                 return None
             return EvidenceBundle.model_validate_json(text)
+        died = folder / _DIED
+        if died.exists():
+            try:
+                text = died.read_bytes()
+                died.unlink()
+            except FileNotFoundError:  # another caller took it: that one reports it
+                return None
+            raise RunnerDied(int(json.loads(text)["returncode"]))
         return None
 
     def _start_if_idle(self, folder: Path, request: Mapping[str, Any]) -> None:
@@ -146,12 +185,18 @@ class LocalJobs:
             _write_atomic(folder / "request.json", json.dumps(dict(request)))
             (folder / _STARTING).touch()
             if self.detached:
+                (folder / _DIED).unlink(missing_ok=True)  # an earlier runner's death, already told
                 # Its own session: the caller killing this server (stdio, after each call) spares it.
-                child = subprocess.Popen([sys.executable, "-m", "mediafleet.localjobs", str(folder)],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+                # -P: started from the clone's root, it still imports the installed package.
+                err = os.open(folder / _LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    child = subprocess.Popen(python("-m", "mediafleet.localjobs", str(folder)),
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                             start_new_session=True, close_fds=True)
+                finally:
+                    os.close(err)
                 # Reaped if it ends while this server lives; if the server goes first, init reaps it.
-                threading.Thread(target=child.wait, daemon=True, name=f"reap-{folder.name}").start()
+                threading.Thread(target=_reap, args=(child, folder), daemon=True, name=f"reap-{folder.name}").start()
             else:
                 assert self._runner is not None, "a threaded LocalJobs needs a runner"
                 threading.Thread(target=_guarded, args=(self._runner, folder), daemon=True,
@@ -160,6 +205,27 @@ class LocalJobs:
 
 _STARTING = "starting"
 _STARTING_FRESH_S = 15.0  # a runner that has not taken the lock this long after its start died
+_DIED = "died.json"
+_LOG = "runner.log"
+
+
+def _reap(child: subprocess.Popen[bytes], folder: Path) -> None:
+    """Wait for a detached runner; if it ended without leaving a bundle, say so in ``died.json``.
+
+    A runner that exits 0 left its bundle (or found another runner holding the job); any other
+    ending without ``bundle.json`` or ``retry.json`` is a death the waiting call must hear of.
+    """
+    returncode = child.wait()
+    if returncode == 0 or (folder / "bundle.json").exists() or (folder / "retry.json").exists():
+        return
+    (folder / _STARTING).unlink(missing_ok=True)  # it is not on its way: the next call may start another
+    try:
+        said = (folder / _LOG).read_text(encoding="utf-8", errors="replace")[-2000:]
+    except OSError:
+        said = ""
+    log.error("job %s: its runner ended with status %s before it finished; its stderr ended with:\n%s",
+              folder.name, returncode, said)
+    _write_atomic(folder / _DIED, json.dumps({"returncode": returncode}))
 
 
 def _starting(folder: Path) -> bool:

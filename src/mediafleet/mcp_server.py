@@ -63,7 +63,7 @@ from mediafleet.contract.errors import (
 )
 from mediafleet.contract.manifest import Capability
 from mediafleet.dispatch import Dispatcher, Job
-from mediafleet.localjobs import LocalJobs, run_folder, submit_request
+from mediafleet.localjobs import LocalJobs, RunnerDied, run_folder, submit_request
 from mediafleet.sniff import sniff
 from mediafleet.workers.registry import SPECS
 
@@ -355,6 +355,8 @@ class SidecarTools:
                                               "options": request.options}, self.wait_s)
         except TimedOut:
             raise _Failed(_still_running(job_id), None) from None
+        except RunnerDied as exc:  # told once; the next call runs the job again
+            raise _Failed(exc.public(), None) from None
         return with_claims(bundle, self.dispatcher.claims_for(request.claims, request.media_type, sniff(head)))
 
     # -- images inline -------------------------------------------------------------------------

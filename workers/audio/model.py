@@ -29,6 +29,7 @@ from mediafleet.contract.common import ModelRef, sha256_digest
 from mediafleet.contract.digests import hash_file
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
+from mediafleet.interpreter import python
 from mediafleet.workers.audio.memory import one_arena
 from mediafleet.workers.engines import EngineConfig, configure, engine_config, machine_fault, mark_broken
 from mediafleet.workers.gpu import visible_gpus
@@ -210,7 +211,7 @@ def gpu_run_fault(folder: Path) -> str | None:
     :func:`mediafleet.workers.engines.machine_fault` names it); the engine's own words go to the log.
     """
     try:
-        done = subprocess.run([sys.executable, "-c", _RUN_ON_GPU, str(folder)], capture_output=True, text=True,
+        done = subprocess.run(python("-c", _RUN_ON_GPU, str(folder)), capture_output=True, text=True,
                               timeout=_GPU_RUN_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         return f"a first run did not finish within {_GPU_RUN_TIMEOUT_S} s"
