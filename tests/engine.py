@@ -7,7 +7,9 @@ it waits until the socket accepts connections and stops the process with SIGTERM
 graceful shutdown), killing it only if that does not finish.
 
 ``engine_blob_store(socket_path, data)`` is the callers' ``digest = await client.blob.store(data)``
-done synchronously: the digest in the engine's own form.
+done synchronously: the digest in the engine's own form. ``engine_verdict(socket_path, bundle)``
+writes a bundle as the callers do and asks the engine's own ``ExplainEvidence`` whether it cites
+every locus (tests/test_engine_judge.py says how).
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from mediafleet.contract import EvidenceBundle
 
 T = TypeVar("T")
 
@@ -161,3 +167,65 @@ def engine_blob_store(socket_path: str, data: bytes) -> str:
         return str(await client.blob.store(data))
 
     return with_engine_client(socket_path, store)
+
+
+# -- the engine as the judge of a bundle (tests/test_engine_judge.py, tests/test_installed.py) -------
+
+def evidence_of(bundle: EvidenceBundle) -> dict[str, dict[str, Any]]:
+    """Locus id -> (Evidence node id, the locus as written)."""
+    return {n.properties["evidence_locus"]["id"]: {"node": n.id, "locus": n.properties["evidence_locus"]}
+            for n in bundle.nodes if n.node_type == "Evidence"}
+
+
+def claim_of(bundle: EvidenceBundle) -> str:
+    (claim,) = [n.id for n in bundle.nodes if n.node_type == "Claim"]
+    return claim
+
+
+async def write_bundle(client: Any, bundle: EvidenceBundle) -> None:
+    for node in bundle.nodes:
+        await client.nodes.add(node.id, {"node_type": node.node_type, **node.properties})
+    for edge in bundle.edges:
+        await client.edges.add(edge.source, edge.target, {"relationship": edge.relationship})
+
+
+async def explain_evidence(client: Any, node_id: str) -> dict[str, Any]:
+    """``ExplainEvidence`` for ``node_id``: the raw payload, after checking it against the engine's own result model."""
+    from epistemic_graph.generated import query
+
+    result = await query.send_explain_evidence(client, {"node_id": node_id})
+    query.decode_explain_evidence(result)  # the engine's contract model (extra="forbid")
+    payload: dict[str, Any] = result.payload
+    return payload
+
+
+def citation_problems(bundle: EvidenceBundle, payload: dict[str, Any]) -> list[str]:
+    """Where ExplainEvidence on the bundle's claim differs from "every locus, once, unchanged, as support"."""
+    written = evidence_of(bundle)
+    citations = payload["citations"]
+    cited = Counter(c["locus"]["id"] for c in citations)
+    problems = [f"dropped {i} ({written[i]['locus']['address']['kind']})" for i in written if i not in cited]
+    problems += [f"cited {i}, which the bundle does not hold" for i in cited if i not in written]
+    problems += [f"cited {i} {n} times" for i, n in cited.items() if n > 1]
+    for citation in citations:
+        mine = written.get(citation["locus"]["id"])
+        if mine is None:
+            continue
+        if citation["kind"] != "Supports":
+            problems.append(f"{mine['node']} cited as {citation['kind']}")
+        if citation["evidence_id"] != mine["node"]:
+            problems.append(f"{citation['locus']['id']} cited from {citation['evidence_id']}, not {mine['node']}")
+        if citation["locus"] != mine["locus"]:
+            problems.append(f"{citation['locus']['id']} came back changed: {citation['locus']}")
+    return problems
+
+
+def engine_verdict(socket_path: str, bundle: EvidenceBundle) -> list[str]:
+    """The bundle written into the engine as the callers write it, and where ``ExplainEvidence`` on its
+    claim differs from "every locus, once, unchanged, as support" (empty: the engine cites it all)."""
+
+    async def judge(client: Any) -> list[str]:
+        await write_bundle(client, bundle)
+        return citation_problems(bundle, await explain_evidence(client, claim_of(bundle)))
+
+    return with_engine_client(socket_path, judge)

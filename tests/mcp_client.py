@@ -58,11 +58,11 @@ def server_env(blob_root: Path, **extra: str) -> dict[str, str]:
 
 @contextmanager
 def mcp_server(env: dict[str, str], *args: str, log: Path, cwd: Path = ROOT,
-               console_script: bool = False) -> Iterator[Caller]:
-    """A stdio ``serve-mcp`` and a client session on it; ``console_script``: started as the callers'
-    mcp_config starts it (this venv's ``mediafleet`` executable) instead of ``python -m``."""
-    if console_script:
-        command, argv = str(Path(sys.executable).with_name("mediafleet")), ["serve-mcp", *args]
+               executable: Path | None = None) -> Iterator[Caller]:
+    """A stdio ``serve-mcp`` and a client session on it. ``executable``: a ``mediafleet`` command to
+    start, as the callers' mcp_config starts it (default: this interpreter's ``python -m``)."""
+    if executable is not None:
+        command, argv = str(executable), ["serve-mcp", *args]
     else:
         command, argv = sys.executable, ["-m", "mediafleet.cli", "serve-mcp", *args]
     params = StdioServerParameters(command=command, args=argv, env=env, cwd=str(cwd))

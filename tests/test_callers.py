@@ -336,7 +336,8 @@ def test_the_callers_tools_answer_from_a_folder_that_holds_a_partial_mediafleet(
     (clone / "mediafleet" / "__init__.py").write_text("raise ImportError('a partial mediafleet folder')\n")
     pdf = text_pdf(2)
     env = server_env(tmp_path / "blobs")
-    with mcp_server(env, "--wait", "120", log=tmp_path / "server.log", cwd=clone, console_script=True) as caller:
+    with mcp_server(env, "--wait", "120", log=tmp_path / "server.log", cwd=clone,
+                    executable=Path(sys.executable).with_name("mediafleet")) as caller:
         answer = decode(caller.call("pdf_action", params_of(pdf, hashlib.sha256(pdf).hexdigest(),
                                                             "application/pdf"))[0])
     assert answer.get("available", True), answer

@@ -26,7 +26,8 @@ import pytest
 from mediafleet.contract import EvidenceBundle
 
 from mediafleet import Dispatcher, Settings
-from tests.engine import with_engine_client
+from tests.engine import (citation_problems, claim_of, evidence_of, explain_evidence, with_engine_client,
+                          write_bundle)
 from tests.helpers import assert_engine_valid
 from tests.media import scanned
 
@@ -61,34 +62,6 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, EvidenceBundl
     return made
 
 
-def _evidence(bundle: EvidenceBundle) -> dict[str, dict[str, Any]]:
-    """Locus id -> (Evidence node id, the locus as written)."""
-    return {n.properties["evidence_locus"]["id"]: {"node": n.id, "locus": n.properties["evidence_locus"]}
-            for n in bundle.nodes if n.node_type == "Evidence"}
-
-
-def _claim(bundle: EvidenceBundle) -> str:
-    (claim,) = [n.id for n in bundle.nodes if n.node_type == "Claim"]
-    return claim
-
-
-async def _write(client: Any, bundle: EvidenceBundle) -> None:
-    for node in bundle.nodes:
-        await client.nodes.add(node.id, {"node_type": node.node_type, **node.properties})
-    for edge in bundle.edges:
-        await client.edges.add(edge.source, edge.target, {"relationship": edge.relationship})
-
-
-async def _explain(client: Any, node_id: str) -> dict[str, Any]:
-    """``ExplainEvidence`` for ``node_id``: the raw payload, after checking it against the engine's own result model."""
-    from epistemic_graph.generated import query
-
-    result = await query.send_explain_evidence(client, {"node_id": node_id})
-    query.decode_explain_evidence(result)  # the engine's contract model (extra="forbid")
-    payload: dict[str, Any] = result.payload
-    return payload
-
-
 @pytest.fixture(scope="module")
 def verdicts(engine_socket: str, bundles: dict[str, EvidenceBundle]) -> dict[str, dict[str, Any]]:
     """Each bundle written into the real engine, and what ExplainEvidence says about its claim."""
@@ -96,8 +69,8 @@ def verdicts(engine_socket: str, bundles: dict[str, EvidenceBundle]) -> dict[str
     async def judge(client: Any) -> dict[str, dict[str, Any]]:
         out = {}
         for name, bundle in bundles.items():
-            await _write(client, bundle)
-            out[name] = await _explain(client, _claim(bundle))
+            await write_bundle(client, bundle)
+            out[name] = await explain_evidence(client, claim_of(bundle))
         return out
 
     return with_engine_client(engine_socket, judge)
@@ -107,7 +80,7 @@ def test_each_capability_yields_the_evidence_it_should(bundles: dict[str, Eviden
     """The judge sees every modality's loci, not just the easy ones."""
 
     def kinds(name: str) -> Counter[str]:
-        return Counter(e["locus"]["address"]["kind"] for e in _evidence(bundles[name]).values())
+        return Counter(e["locus"]["address"]["kind"] for e in evidence_of(bundles[name]).values())
 
     def paths(name: str) -> set[str]:
         return {n.properties["path"] for n in bundles[name].nodes
@@ -122,33 +95,12 @@ def test_each_capability_yields_the_evidence_it_should(bundles: dict[str, Eviden
     assert {"video_time_range", "frame_range", "audio_range"} <= set(kinds("video_speech"))
 
 
-def _problems(bundle: EvidenceBundle, payload: dict[str, Any]) -> list[str]:
-    """Where ExplainEvidence on the bundle's claim differs from "every locus, once, unchanged, as support"."""
-    written = _evidence(bundle)
-    citations = payload["citations"]
-    cited = Counter(c["locus"]["id"] for c in citations)
-    problems = [f"dropped {i} ({written[i]['locus']['address']['kind']})" for i in written if i not in cited]
-    problems += [f"cited {i}, which the bundle does not hold" for i in cited if i not in written]
-    problems += [f"cited {i} {n} times" for i, n in cited.items() if n > 1]
-    for citation in citations:
-        mine = written.get(citation["locus"]["id"])
-        if mine is None:
-            continue
-        if citation["kind"] != "Supports":
-            problems.append(f"{mine['node']} cited as {citation['kind']}")
-        if citation["evidence_id"] != mine["node"]:
-            problems.append(f"{citation['locus']['id']} cited from {citation['evidence_id']}, not {mine['node']}")
-        if citation["locus"] != mine["locus"]:
-            problems.append(f"{citation['locus']['id']} came back changed: {citation['locus']}")
-    return problems
-
-
 @pytest.mark.parametrize("name", CAPABILITIES)
 def test_explain_evidence_cites_every_locus(name: str, bundles: dict[str, EvidenceBundle],
                                             verdicts: dict[str, dict[str, Any]]) -> None:
-    assert _evidence(bundles[name]), name
-    assert _problems(bundles[name], verdicts[name]) == []
-    assert len(verdicts[name]["citations"]) == len(_evidence(bundles[name]))
+    assert evidence_of(bundles[name]), name
+    assert citation_problems(bundles[name], verdicts[name]) == []
+    assert len(verdicts[name]["citations"]) == len(evidence_of(bundles[name]))
 
 
 @pytest.mark.corpus
@@ -160,17 +112,17 @@ def test_explain_evidence_cites_every_locus_of_the_corpus(corpus: Path, engine_s
     dispatcher = Dispatcher(Settings(blob_root=tmp_path / "blobs"))
     made = {p.relative_to(corpus).as_posix(): dispatcher.submit(p).bundle() for p in files}
     assert {name: b.error for name, b in made.items() if b.status != "ok"} == {}
-    assert all(_evidence(b) for b in made.values())
+    assert all(evidence_of(b) for b in made.values())
 
     async def judge(client: Any) -> dict[str, dict[str, Any]]:
         out = {}
         for name, bundle in made.items():
-            await _write(client, bundle)
-            out[name] = await _explain(client, _claim(bundle))
+            await write_bundle(client, bundle)
+            out[name] = await explain_evidence(client, claim_of(bundle))
         return out
 
     verdict = with_engine_client(engine_socket, judge)
-    assert {name: _problems(made[name], verdict[name]) for name in made} == {name: [] for name in made}
+    assert {name: citation_problems(made[name], verdict[name]) for name in made} == {name: [] for name in made}
 
 
 def _broken_loci(locus: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -206,7 +158,7 @@ def test_the_judge_says_no_to_loci_the_engine_cannot_decode(engine_socket: str,
         for label, variant in broken.items():
             await client.nodes.add(f"evidence:control-{label}", {**props, "evidence_locus": variant})
             await client.edges.add(f"evidence:control-{label}", claim, {"relationship": "SUPPORTS"})
-        return await _explain(client, claim)
+        return await explain_evidence(client, claim)
 
     citations = with_engine_client(engine_socket, judge)["citations"]
     assert [(c["evidence_id"], c["locus"]["id"]) for c in citations] == [("evidence:control-good", locus["id"])]
