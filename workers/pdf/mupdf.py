@@ -14,12 +14,13 @@ It is turned off here, for the process (the state PyMuPDF 2.0 leaves every proce
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["open_document", "pymupdf", "text_lines"]
+__all__ = ["C_READER", "FAST_LINES", "c_reader_status", "open_document", "pymupdf", "text_lines"]
 
 
 def _load() -> ModuleType:
@@ -51,7 +52,32 @@ try:
     from mediafleet.workers.pdf import _stext  # type: ignore[attr-defined]
 except ImportError:
     _stext = None
-FAST_LINES = _DIRECT and _stext is not None and getattr(_stext, "MUPDF_VERSION", None) == pymupdf.mupdf_version
+
+
+def c_reader_status(reader: Any, mupdf_version: str, direct: bool = True) -> tuple[bool, str]:
+    """Whether the C reader ``reader`` (the ``_stext`` module, or None where it was not built) is
+    used with the MuPDF ``mupdf_version`` that runs, and why, in words.
+
+    It is used only when it was compiled against that MuPDF's headers (its ``MUPDF_VERSION``):
+    a reader built against another MuPDF (an isolated build that resolved another PyMuPDF than the
+    runtime's; ``requirements/install.sh`` gives the build the lock's) would read its structs at the
+    wrong offsets, so the dict is read instead, with the same results.
+    """
+    if reader is None:
+        return False, "not built (no C compiler at install): the text lines are read through PyMuPDF's dict"
+    if not direct:
+        return False, "this PyMuPDF lacks the text-page functions the C reader needs: read through the dict"
+    built = getattr(reader, "MUPDF_VERSION", None)
+    if built != mupdf_version:
+        return False, (f"built for MuPDF {built}, but MuPDF {mupdf_version} runs: not used, the text lines are "
+                       "read through PyMuPDF's dict (same results, slower); reinstall with requirements/install.sh")
+    return True, f"used (built for MuPDF {built}, the one that runs)"
+
+
+FAST_LINES, C_READER = c_reader_status(_stext, pymupdf.mupdf_version, _DIRECT)
+if _stext is not None and not FAST_LINES:
+    # Not silent: a C reader that is there but unusable is an install that resolved two PyMuPDFs.
+    logging.getLogger("mediafleet.mupdf").warning("the PDF text layer's C reader (_stext) is %s", C_READER)
 
 Line = tuple[str, float, float, float, float]
 
