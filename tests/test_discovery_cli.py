@@ -77,7 +77,38 @@ def test_mistakes_are_one_line_without_paths_or_secrets(tmp_path: Path, capsys: 
     run(capsys, "discovery", "key", "new", "--state", state)
     code, _, err = run(capsys, "discovery", "key", "new", "--state", state)
     assert code == 2 and err.strip().endswith("receipt.key exists already: it is never replaced")
-    code, _, err = run(capsys, "serve-discovery", "--credential-file", str(tmp_path / "none.json"), "--state", state)
-    assert code == 2 and err.strip().endswith("none.json does not exist")
+    code, _, err = run(capsys, "serve-discovery", "--credential-file", "c.json", "--channels", "semantic",
+                       "--state", state)
+    assert code == 2 and err.strip().endswith("the discovery channels are lexical or lexical,semantic")
     code, _, err = run(capsys, "discovery", "receipt", "show", "host-request:discovery:1", "--state", state)
     assert code == 2 and "no receipt" in err
+
+
+def test_lease_open_creates_a_missing_receipt_key_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state" / "host.db"
+    lease_args = ["discovery", "lease", "open", "--workspace", "harbour", "--ttl-s", "60", "--max-operations", "1",
+                  "--max-evidence", "1", "--state", str(state)]
+    code, out, _ = run(capsys, *lease_args)
+    opened = json.loads(out)
+    key = tmp_path / "state" / "receipt.key"
+    assert code == 0 and opened["receipt_key_created"] is True and opened["receipt_key"] == str(key.resolve())
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and len(key.read_text().strip()) == 64
+    before = key.read_text()
+    code, out, _ = run(capsys, *lease_args)
+    assert code == 0 and json.loads(out)["receipt_key_created"] is False and key.read_text() == before
+
+
+def test_lease_open_refuses_an_unusable_key_in_one_line_naming_key_new(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "host.db"
+    key = tmp_path / "receipt.key"
+    key.write_text("not hex\n")
+    key.chmod(0o600)
+    code, out, err = run(capsys, "discovery", "lease", "open", "--workspace", "harbour", "--ttl-s", "60",
+                         "--max-operations", "1", "--max-evidence", "1", "--state", str(state))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "mediafleet discovery key new" in err and "no lease was opened" in err and str(tmp_path) not in err
+    key.chmod(0o644)
+    code, _, err = run(capsys, "discovery", "lease", "open", "--workspace", "harbour", "--ttl-s", "60",
+                       "--max-operations", "1", "--max-evidence", "1", "--state", str(state))
+    assert code == 2 and "mode 600" in err and "mediafleet discovery key new" in err

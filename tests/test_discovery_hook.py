@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,11 @@ def test_a_fleet_job_and_a_fanned_out_video_are_each_indexed_exactly_once(fleet_
     pdf, spoken = pdf_job.bundle(timeout=300), video_job.bundle(timeout=300)
     assert pdf.status == spoken.status == "ok"
     scope = Scope("fleet")
+    # The caller's bundle is ready once the job is joined; its indexing follows, in the reporter
+    # (a worker's first indexing also loads the embedding model): wait for both to be indexed.
+    deadline = time.monotonic() + 120
+    while not (indexed_ids(url, scope, "bollard") and indexed_ids(url, scope, "finance")) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert indexed_ids(url, scope, "bollard") == {u.unit_id for u in units_from_bundle(pdf) if has_word(u.text, "bollard")}
     speech = {u.unit_id for u in units_from_bundle(spoken)}
     assert speech and indexed_ids(url, scope, "finance") <= speech and indexed_ids(url, scope, "finance")

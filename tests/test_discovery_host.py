@@ -305,6 +305,8 @@ def test_inspect_delivers_one_unit_of_the_scope_by_id(host: Host, sample_bundles
     found = host.service.search(credential, lease_id, "QUAY closed")["evidence"][0]
     answer = host.service.inspect(credential, lease_id, found["unit_id"])
     assert list(answer) == ANSWER_KEYS
+    # A search's items add what only a search knows: the words matched and the channels that nominated.
+    assert found.pop("matched_terms") == ["quay", "closed"] and found.pop("nominated_by") == ["lexical"]
     assert answer["evidence"] == [found] and answer["operations_used"] == 2
     assert [a.unit_ids for a in host.asked[2:]] == [(found["unit_id"],), (found["unit_id"],)]
 

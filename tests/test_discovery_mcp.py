@@ -172,6 +172,7 @@ def test_an_agent_finds_a_spoken_phrase_in_a_video_and_gets_its_time_frame(host:
         assert frame["of"] == "video" and 0 <= frame["start_ms"] < frame["end_ms"] <= 12_000
         inspected, is_error = agent.call("discovery-inspect", {"lease_id": lease["lease_id"],
                                                                 "unit_id": video["unit_id"]})
+        assert video.pop("matched_terms") == ["finance", "team"] and video.pop("nominated_by") == ["lexical"]
         assert not is_error and inspected["evidence"] == [video] and inspected["operations_used"] == 2
 
 
@@ -288,15 +289,50 @@ def test_the_bridge_answers_host_unavailable_and_never_retries_when_the_endpoint
     assert shown["used"]["operations"] == 1  # the failed call was not retried behind the agent's back
 
 
-def test_serving_refuses_a_remote_address_and_an_untrusted_credential_file(host: Host, tmp_path: Path) -> None:
-    proc = host.cli("serve-discovery", "--http", "--host", "0.0.0.0", check=False)
-    assert proc.returncode == 2 and "loopback" in proc.stderr
+def unavailable_everywhere(agent: Agent, lease_id: str) -> None:
+    for tool, arguments in (("discovery-search", {"lease_id": lease_id, "query": "finance"}),
+                            ("discovery-inspect", {"lease_id": lease_id, "unit_id": "eg:locus:" + "0" * 32}),
+                            ("discovery-search", {"lease_id": lease_id})):
+        data, is_error = agent.call(tool, arguments)
+        assert is_error and data["error_code"] == "host_unavailable", (tool, data)
+
+
+def test_a_server_without_key_state_or_credential_answers_host_unavailable_instead_of_dying(
+        host: Host, tmp_path: Path) -> None:
     lease = host.lease()
+    # No credential file: the server starts, says why on stderr, and answers every call.
+    with stdio_agent(host, str(tmp_path / "none.json")) as agent:
+        assert set(agent.tools()) == {"discovery-search", "discovery-inspect"}
+        unavailable_everywhere(agent, lease["lease_id"])
+    # An untrusted credential file (readable by others): the same, and the credential is never echoed.
     shared = tmp_path / "shared.json"
     shared.write_text(Path(lease["credential_file"]).read_text())
     shared.chmod(0o644)
-    proc = host.cli("serve-discovery", "--credential-file", str(shared), check=False)
-    assert proc.returncode == 2 and "mode 600" in proc.stderr and credential_of(lease) not in proc.stderr
+    with stdio_agent(host, str(shared)) as agent:
+        unavailable_everywhere(agent, lease["lease_id"])
+    log = (host.folder / "stdio.log").read_text()
+    assert "none.json does not exist" in log and "mode 600" in log and credential_of(lease) not in log
+    # No receipt key, then no state: the credential is good, the host is not.
+    key = host.folder / "receipt.key"
+    state = host.folder / "host.db"
+    for moved, reason in ((key, "the receipt key does not exist: create it with 'mediafleet discovery key new'"),
+                          (state, "the host's state does not exist")):
+        moved.rename(moved.with_suffix(".away"))
+        try:
+            with stdio_agent(host, lease["credential_file"]) as agent:
+                unavailable_everywhere(agent, lease["lease_id"])
+        finally:
+            moved.with_suffix(".away").rename(moved)
+        assert reason in (host.folder / "stdio.log").read_text()
+    with stdio_agent(host, lease["credential_file"]) as agent:  # everything back: it serves again
+        data, is_error = agent.call("discovery-search", {"lease_id": lease["lease_id"], "query": "finance"})
+        assert not is_error and data["evidence"]
+
+
+def test_serving_refuses_a_remote_address(host: Host, tmp_path: Path) -> None:
+    proc = host.cli("serve-discovery", "--http", "--host", "0.0.0.0", check=False)
+    assert proc.returncode == 2 and "loopback" in proc.stderr
+    lease = host.lease()
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     proc = host.cli("discovery", "lease", "open", "--workspace", "harbour", "--ttl-s", "60", "--max-operations", "1",
                     "--max-evidence", "1", "--credential-file", str(tmp_path / "repo" / "c.json"), check=False)
@@ -305,8 +341,9 @@ def test_serving_refuses_a_remote_address_and_an_untrusted_credential_file(host:
     far = tmp_path / "far.json"
     far.write_text(json.dumps(remote))
     far.chmod(0o600)
-    proc = host.cli("serve-discovery", "--credential-file", str(far), check=False)
-    assert proc.returncode == 2 and "loopback" in proc.stderr
+    with stdio_agent(host, str(far)) as agent:  # a remote endpoint is never reached: host_unavailable
+        unavailable_everywhere(agent, lease["lease_id"])
+    assert "loopback" in (host.folder / "stdio.log").read_text()
 
 
 def test_the_lease_is_printed_with_its_credential_file_readable_by_the_host_only(host: Host) -> None:

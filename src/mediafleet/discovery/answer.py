@@ -11,7 +11,9 @@ Each evidence object holds ``unit_id``, the original ``text`` (and ``text_digest
 generation). Media units add explicitly named fields: ``time_frame`` for audio and a video's
 speech, ``page_box`` for a box on a PDF page, ``image_box`` for a region of an image,
 ``character_offsets`` for a span of a document's text, and every unit an ``assurance`` saying how
-its text was obtained (machine transcription and OCR are not verified readings).
+its text was obtained (machine transcription and OCR are not verified readings). A search's items
+add ``matched_terms`` (which of the query's words, normalised, the unit holds: limited assurance,
+a partial or semantic nomination holds only some) and ``nominated_by`` (the channels that nominated it).
 """
 
 from __future__ import annotations
@@ -38,8 +40,15 @@ def _method(source: dict[str, Any]) -> str:
     return "extraction"
 
 
-def evidence_object(stored: StoredUnit) -> dict[str, Any]:
-    """One delivered unit, as the model receives it."""
+def evidence_object(stored: StoredUnit, *, matched_terms: list[str] | None = None,
+                    nominated_by: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """One delivered unit, as the model receives it.
+
+    Args:
+        stored: the unit, reloaded.
+        matched_terms: a search's words (normalised) that the unit holds; ``None`` for an inspect.
+        nominated_by: the channels that nominated it; ``None`` for an inspect.
+    """
     unit = stored.unit
     source = unit.source_range
     address = source["address"]
@@ -74,19 +83,23 @@ def evidence_object(stored: StoredUnit) -> dict[str, Any]:
         out["character_offsets"] = {"start": address["start"], "end": address["end"],
                                     "page": source.get("page"), "text_unit": "unicode_code_points"}
     out["assurance"] = {"method": _method(source), "confidence": source.get("confidence"), "note": _ASSURANCE_NOTE}
+    if matched_terms is not None:
+        out["matched_terms"] = matched_terms
+    if nominated_by is not None:
+        out["nominated_by"] = list(nominated_by)
     return out
 
 
 def answer(request_id: str, generation: int, evidence: list[dict[str, Any]], omitted_count: int,
-           operations_used: int) -> dict[str, Any]:
-    """The success object, keys in the seed's order."""
+           operations_used: int, *, channels: list[str] | None = None) -> dict[str, Any]:
+    """The success object, keys in the seed's order; ``channels``: those that took part (default lexical)."""
     return {
         "format": ANSWER_FORMAT,
         "request_id": request_id,
         "generation": generation,
         "status": "investigative_evidence",
         "sufficiency": "not_assessed",
-        "channels": ["lexical"],
+        "channels": channels or ["lexical"],
         "evidence": evidence,
         "omitted_count": omitted_count,
         "operations_used": operations_used,

@@ -84,7 +84,7 @@ def add_commands(sub: Any) -> None:
                         help="where to write the binding's credential (default: credentials/<lease>.json beside "
                              "--state); never inside a repository")
     opened.add_argument("--endpoint", help="a loopback serve-discovery --http URL for the stdio bridge to reach")
-    _host_options(opened, key=False)
+    _host_options(opened)
     for name, text in (("revoke", "revoke a lease (its operations fail closed from now on)"),
                        ("show", "print a lease and its operations as JSON")):
         cmd = lease_sub.add_parser(name, help=text)
@@ -106,6 +106,8 @@ def add_commands(sub: Any) -> None:
                          "Authorization: Bearer header")
     sd.add_argument("--host", default="127.0.0.1", help="the HTTP address: a loopback address only (default 127.0.0.1)")
     sd.add_argument("--port", type=int, default=8766, help="the HTTP port (default 8766)")
+    sd.add_argument("--channels", help="the nominating channels: lexical (the default) or lexical,semantic "
+                                       "(default: the MEDIAFLEET_DISCOVERY_CHANNELS variable, else lexical)")
     _host_options(sd)
 
 
@@ -226,12 +228,34 @@ def _discovery(args: argparse.Namespace, settings: Any) -> int:
         host.close()
 
 
+def _ensure_key(key_path: Path) -> bool:
+    """The receipt key the server will need: created (mode 600) when missing; whether it was.
+
+    Raises:
+        ValueError: a key file is there but unusable (one line naming ``discovery key new``).
+    """
+    from mediafleet.discovery.receipt import ReceiptKey, create_key_file
+
+    if not key_path.exists() and not key_path.is_symlink():
+        create_key_file(key_path)
+        return True
+    try:
+        ReceiptKey(key_path)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"the receipt key cannot be used ({reason}); no lease was opened: move it away and run "
+                         "'mediafleet discovery key new'") from None
+    return False
+
+
 def _open_lease(args: argparse.Namespace, settings: Any, host: Any, budget: Any) -> int:
     from mediafleet.discovery.credential_file import write_credential_file
     from mediafleet.discovery.index import open_index
     from mediafleet.discovery.units import Scope
 
     scope = Scope(args.workspace, args.subject)
+    key_path = _paths(args)[1]
+    key_created = _ensure_key(key_path)
     index = open_index(_index_url(args, settings))
     try:
         generation = index.scope_generation(scope)
@@ -247,44 +271,85 @@ def _open_lease(args: argparse.Namespace, settings: Any, host: Any, budget: Any)
         host.revoke_lease(lease.lease_id)  # a lease whose credential could not be written is of no use
         raise
     print(json.dumps({**lease.public(), "workspace": scope.workspace, "subject": scope.subject,
-                      "agent": binding.agent, "credential_file": str(path.resolve())}))
+                      "agent": binding.agent, "credential_file": str(path.resolve()),
+                      "receipt_key": str(key_path.resolve()), "receipt_key_created": key_created}))
     return EXIT_OK
 
 
 def _service(args: argparse.Namespace, settings: Any) -> Any:
+    """The service, or the reason (one public-safe line) the host cannot serve."""
     from mediafleet.discovery.host import LeaseHost
     from mediafleet.discovery.index import open_index
     from mediafleet.discovery.operations import DiscoveryService, allow_active_bindings
     from mediafleet.discovery.receipt import ReceiptKey
 
     state, key_path = _paths(args)
-    key = ReceiptKey(key_path)
+    channels = _channels(args)
+    if not state.is_file():
+        return "the host's state does not exist: open a lease with 'mediafleet discovery lease open' first"
+    try:
+        key = ReceiptKey(key_path)
+    except FileNotFoundError:
+        return "the receipt key does not exist: create it with 'mediafleet discovery key new'"
+    except (OSError, ValueError) as exc:
+        return f"the receipt key cannot be used ({str(exc).splitlines()[0]}): see 'mediafleet discovery key new'"
     host = LeaseHost(state)
     recovered = host.recover()
     if recovered:
         logging.getLogger("mediafleet.discovery").warning(
             "%d operation(s) left reserved by an earlier run are now uncertain (counted, not retried)", recovered)
-    return DiscoveryService(host, open_index(_index_url(args, settings)), key, allow_active_bindings)
+    return DiscoveryService(host, open_index(_index_url(args, settings)), key, allow_active_bindings,
+                            channels=channels)
+
+
+def _channels(args: argparse.Namespace) -> tuple[str, ...]:
+    from mediafleet.discovery.operations import parse_channels
+
+    return parse_channels(args.channels or os.environ.get("MEDIAFLEET_DISCOVERY_CHANNELS") or "lexical")
+
+
+def _tools(args: argparse.Namespace, settings: Any) -> Any:
+    """The tools over the service; when the host cannot serve, tools answering ``host_unavailable``.
+
+    A server that exits at start reaches the agent as a closed connection that says nothing: this
+    one starts, says why on stderr, and answers every call with the public error instead.
+    """
+    from mediafleet.discovery.mcp import DiscoveryTools, UnavailableTools
+
+    service = _service(args, settings)
+    if isinstance(service, str):
+        print(f"mediafleet serve-discovery: unavailable: {service}", file=sys.stderr, flush=True)
+        return UnavailableTools()
+    return DiscoveryTools(service)
 
 
 def _serve(args: argparse.Namespace, settings: Any) -> int:
     from mediafleet.discovery.credential_file import read_credential_file
-    from mediafleet.discovery.mcp import DiscoveryTools, is_loopback_host, serve_http, serve_stdio
+    from mediafleet.discovery.mcp import UnavailableTools, is_loopback_host, serve_http, serve_stdio
 
     # stdout is the MCP wire under stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _channels(args)  # a channel list that is not understood refuses to start (a usage error)
     if args.http:
         if args.credential_file is not None:
             return _fail("serve-discovery --http takes each call's credential from its Authorization header")
         if not is_loopback_host(args.host):
             return _fail("serve-discovery --http listens on a loopback address only")
-        serve_http(DiscoveryTools(_service(args, settings)), host=args.host, port=args.port)
+        serve_http(_tools(args, settings), host=args.host, port=args.port)
         return EXIT_OK
     if args.credential_file is None:
         return _fail("serve-discovery (stdio) needs --credential-file, written by 'discovery lease open'")
-    connection = read_credential_file(args.credential_file)
+    try:
+        connection = read_credential_file(args.credential_file)
+    except (OSError, ValueError) as exc:
+        reason = f"{exc.filename and Path(exc.filename).name} does not exist" if isinstance(exc, FileNotFoundError) \
+            else (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        print(f"mediafleet serve-discovery: unavailable: the credential file cannot be used: {reason}",
+              file=sys.stderr, flush=True)
+        serve_stdio("", tools=UnavailableTools())
+        return EXIT_OK
     if connection.endpoint is not None:
         serve_stdio(connection.credential, endpoint=connection.endpoint)
     else:
-        serve_stdio(connection.credential, tools=DiscoveryTools(_service(args, settings)))
+        serve_stdio(connection.credential, tools=_tools(args, settings))
     return EXIT_OK

@@ -25,7 +25,7 @@ __all__ = ["AddReport", "EvidenceIndex", "Nomination", "StoredUnit", "open_index
 
 @dataclass(frozen=True)
 class Nomination:
-    """A unit the lexical provider nominates: an id, the generation it was found in, a score.
+    """A unit a channel nominates: an id, the generation it was found in, a score.
 
     The score only orders nominations; it never establishes sufficiency.
     """
@@ -65,10 +65,14 @@ class EvidenceIndex(Protocol):
         """The scope's change count (0 for a scope never written)."""
 
     def search(self, scope: Scope, terms: list[str], limit: int) -> list[Nomination]:
-        """Active units of ``scope`` holding every one of the (folded) terms, best first, at most ``limit``.
+        """Active units of ``scope`` holding every one of the (normalised) terms, best first, then those
+        holding most of them (partial matches), at most ``limit`` in all.
 
         Which of them are ranked, and by which terms, is :mod:`mediafleet.discovery.ranking`'s rule.
         """
+
+    def nearest(self, scope: Scope, query: str, limit: int) -> list[Nomination]:
+        """The semantic channel: active units of ``scope`` nearest the query's vector, best first, at most ``limit``."""
 
     def load(self, scope: Scope, unit_ids: list[str]) -> dict[str, StoredUnit]:
         """The units of ``scope`` with these ids, active or not; ids not in the scope are absent."""

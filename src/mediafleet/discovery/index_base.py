@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -19,7 +20,7 @@ from mediafleet.discovery.index import AddReport, Nomination, StoredUnit
 from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule, plan_search
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
 
-__all__ = ["IndexBase"]
+__all__ = ["IndexBase", "held_terms", "partial_need"]
 
 
 class IndexBase(ABC):
@@ -28,6 +29,14 @@ class IndexBase(ABC):
     def __init__(self, rule: RankingRule = DEFAULT_RULE) -> None:
         self.rule = rule
         self._lock = threading.Lock()
+        self._vectors: dict[Scope, _Vectors] = {}
+
+    def _embed(self, units: list[Unit]) -> list[bytes]:
+        """Each unit's stored vector (:mod:`mediafleet.discovery.embedding`): 256 signed bytes."""
+        from mediafleet.discovery.embedding import default_embedder, quantise
+
+        vectors = quantise(default_embedder().embed([u.folded for u in units]))
+        return [row.tobytes() for row in vectors]
 
     # -- what each backend supplies -------------------------------------------------------------
 
@@ -56,6 +65,15 @@ class IndexBase(ABC):
     @abstractmethod
     def _rank_newest(self, scope: Scope, terms: tuple[str, ...], candidates: int, limit: int) -> list[Nomination]:
         """The ``candidates`` units last indexed that hold every term, ranked with the terms weighing alike."""
+
+    @abstractmethod
+    def _rank_any(self, scope: Scope, ranked_by: tuple[str, ...], candidates: int) -> list[tuple[Nomination, str]]:
+        """At most ``candidates`` units holding any of ``ranked_by``, best first by BM25 / ``ts_rank`` over the
+        words each holds (ties by index order), each with its matched text (folded and normalised)."""
+
+    @abstractmethod
+    def _vector_rows(self, scope: Scope) -> Iterable[tuple[str, str, bytes]]:
+        """``(unit_id, derivation_ref, vector)`` of every active unit of the scope, in index order."""
 
     @abstractmethod
     def _unit_rows(self, scope: Scope, unit_ids: list[str]) -> Iterable[tuple[Any, ...]]:
@@ -89,7 +107,54 @@ class IndexBase(ABC):
             plan = plan_search(terms, lambda term: self._held_by_more_than(scope, term, self.rule.common_units))
             if plan.newest_only:
                 return self._rank_newest(scope, plan.terms, self.rule.candidates, limit)
-            return self._rank(scope, plan.terms, plan.ranked_by, limit)
+            full = self._rank(scope, plan.terms, plan.ranked_by, limit)
+            need = partial_need(len(terms))
+            if len(full) >= limit or need >= len(terms):
+                return full
+            # Partial matches: units holding most of the words (one of them not very common), after
+            # every unit that holds them all, by how many words they hold, then by BM25 / ts_rank.
+            seen = {n.unit_id for n in full}
+            partial = []
+            for order, (nomination, text) in enumerate(self._rank_any(scope, plan.ranked_by, self.rule.candidates)):
+                held = len(held_terms(terms, text))
+                if nomination.unit_id not in seen and held >= need:
+                    partial.append((-held, order, nomination))
+            partial.sort(key=lambda p: (p[0], p[1]))
+            return full + [n for _, _, n in partial[:limit - len(full)]]
+
+    def nearest(self, scope: Scope, query: str, limit: int) -> list[Nomination]:
+        """The semantic channel: the active units of ``scope`` whose vectors are nearest the query's.
+
+        The scope's vectors are held in memory, read again when its generation changes. The 256 sign
+        bits of every vector are compared first (Hamming distance); the ``NEAREST_CANDIDATES`` closest
+        are ranked by the cosine of their stored vectors. The score is that cosine: it orders, and
+        never establishes sufficiency.
+        """
+        from mediafleet.discovery.embedding import default_embedder, quantise, sign_bits
+        from mediafleet.discovery.text import matched_form
+
+        if limit <= 0:
+            return []
+        import numpy as np
+
+        query_vector = default_embedder().embed([matched_form(query)])
+        with self._lock:
+            generation = self._generation(scope)
+            held = self._vectors.get(scope)
+            if held is None or held.generation != generation:
+                held = _Vectors.build(generation, list(self._vector_rows(scope)))
+                self._vectors[scope] = held
+        if not held.unit_ids:
+            return []
+        bits = sign_bits(query_vector)[0].view(np.uint64)
+        distance = np.bitwise_count(held.bits ^ bits).sum(axis=1, dtype=np.int32)
+        take = min(NEAREST_CANDIDATES, len(distance))
+        candidates = np.argpartition(distance, take - 1)[:take] if take < len(distance) else np.arange(len(distance))
+        query_bytes = quantise(query_vector)[0].astype(np.int32)
+        cosine = (held.vectors[candidates].astype(np.int32) @ query_bytes) / (127.0 * 127.0)
+        order = sorted(range(len(candidates)), key=lambda i: (-cosine[i], int(candidates[i])))[:limit]
+        return [Nomination(held.unit_ids[int(candidates[i])], held.derivations[int(candidates[i])], float(cosine[i]))
+                for i in order]
 
     def load(self, scope: Scope, unit_ids: list[str]) -> dict[str, StoredUnit]:
         if not unit_ids:
@@ -97,6 +162,41 @@ class IndexBase(ABC):
         with self._lock:
             rows = list(self._unit_rows(scope, unit_ids))
         return dict(_stored_units(scope, rows))
+
+
+NEAREST_CANDIDATES = 400  # vectors ranked by cosine after the sign-bit comparison
+
+
+@dataclass
+class _Vectors:
+    """A scope's active vectors as of one generation: ids, sign bits (n x 4 uint64), bytes (n x 256 int8)."""
+
+    generation: int
+    unit_ids: list[str]
+    derivations: list[str]
+    bits: Any
+    vectors: Any
+
+    @classmethod
+    def build(cls, generation: int, rows: list[tuple[str, str, bytes]]) -> _Vectors:
+        import numpy as np
+
+        from mediafleet.discovery.embedding import DIMENSIONS
+
+        vectors = np.frombuffer(b"".join(bytes(v) for _, _, v in rows), dtype=np.int8).reshape(-1, DIMENSIONS)
+        bits = np.packbits(vectors > 0, axis=-1, bitorder="little").view(np.uint64)
+        return cls(generation, [r[0] for r in rows], [r[1] for r in rows], bits, vectors)
+
+
+def partial_need(count: int) -> int:
+    """How many of a query's ``count`` words a partial match holds: more than half."""
+    return count // 2 + 1
+
+
+def held_terms(terms: Iterable[str], matched_text: str) -> list[str]:
+    """The terms (normalised words) that a unit's matched text (normalised, space-separated) holds."""
+    words = set(matched_text.split())
+    return [t for t in terms if t in words]
 
 
 def _stored_units(scope: Scope, rows: list[tuple[Any, ...]]) -> Iterator[tuple[str, StoredUnit]]:

@@ -45,6 +45,7 @@ CREATE INDEX IF NOT EXISTS mf_discovery_units_by_artifact ON mf_discovery_units 
     WHERE active;
 CREATE INDEX IF NOT EXISTS mf_discovery_units_tsv ON mf_discovery_units USING gin (tsv) WHERE active;
 CREATE INDEX IF NOT EXISTS mf_discovery_units_newest ON mf_discovery_units (workspace, subject, id) WHERE active;
+ALTER TABLE mf_discovery_units ADD COLUMN IF NOT EXISTS vector bytea;
 """
 _TERMS = """
 CREATE TABLE mf_discovery_terms (
@@ -101,6 +102,7 @@ class PostgresIndex(IndexBase):
         digest, action, derivation = group_units(units)
         key = (scope.workspace, scope.subject, digest, action)
         where = "workspace = %s AND subject = %s AND digest = %s AND action = %s"
+        vectors = self._embed(units)
         with self._lock, self._db.transaction():
             db = self._db
             # The scope row is the lock every writer of the scope takes first.
@@ -129,13 +131,13 @@ class PostgresIndex(IndexBase):
             with db.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO mf_discovery_units (workspace, subject, unit_id, digest, action, derivation_ref, "
-                    "generation, active, text, folded, source_range) VALUES (%s, %s, %s, %s, %s, %s, %s, true, %s, %s, "
-                    "%s::jsonb) ON CONFLICT (workspace, subject, unit_id) DO UPDATE SET active = true, "
+                    "generation, active, text, folded, source_range, vector) VALUES (%s, %s, %s, %s, %s, %s, %s, true, "
+                    "%s, %s, %s::jsonb, %s) ON CONFLICT (workspace, subject, unit_id) DO UPDATE SET active = true, "
                     "generation = excluded.generation, derivation_ref = excluded.derivation_ref, text = excluded.text, "
-                    "folded = excluded.folded, source_range = excluded.source_range "
+                    "folded = excluded.folded, source_range = excluded.source_range, vector = excluded.vector "
                     "WHERE NOT mf_discovery_units.active RETURNING id",
                     [(scope.workspace, scope.subject, u.unit_id, digest, action, derivation, generation, u.text,
-                      u.folded, u.source_json()) for u in units],
+                      u.folded, u.source_json(), vector) for u, vector in zip(units, vectors, strict=True)],
                     returning=True,
                 )
                 new = []
@@ -199,6 +201,20 @@ class PostgresIndex(IndexBase):
             prepare=False,  # a plan for these words, never a generic one (a GIN scan of every match)
         ).fetchall()
         return [Nomination(uid, derivation, float(score)) for uid, derivation, score in rows]
+
+    def _rank_any(self, scope: Scope, ranked_by: tuple[str, ...], candidates: int) -> list[tuple[Nomination, str]]:
+        query = " | ".join(tsquery_text([t]) for t in ranked_by)
+        rows = self._db.execute(
+            f"SELECT unit_id, derivation_ref, ts_rank(tsv, {_QUERY}) AS score, folded FROM mf_discovery_units "
+            f"WHERE {_SCOPE} AND tsv @@ {_QUERY} ORDER BY score DESC, id LIMIT %s",
+            (query, scope.workspace, scope.subject, query, candidates), prepare=False,
+        ).fetchall()
+        return [(Nomination(uid, derivation, float(score)), text) for uid, derivation, score, text in rows]
+
+    def _vector_rows(self, scope: Scope) -> Iterable[tuple[str, str, bytes]]:
+        return self._db.execute(
+            "SELECT unit_id, derivation_ref, vector FROM mf_discovery_units WHERE active AND workspace = %s AND "
+            "subject = %s AND vector IS NOT NULL ORDER BY id", (scope.workspace, scope.subject)).fetchall()
 
     def _unit_rows(self, scope: Scope, unit_ids: list[str]) -> Iterable[tuple[Any, ...]]:
         return self._db.execute(

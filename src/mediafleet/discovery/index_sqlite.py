@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS units (
     active INTEGER NOT NULL, text TEXT NOT NULL, source_range TEXT NOT NULL,
     UNIQUE (workspace, subject, unit_id));
 CREATE INDEX IF NOT EXISTS units_by_artifact ON units (workspace, subject, digest, action, active);
+CREATE TABLE IF NOT EXISTS vectors (id INTEGER PRIMARY KEY, vector BLOB NOT NULL);
 """
 
 
@@ -133,6 +134,7 @@ class SqliteIndex(IndexBase):
         digest, action, derivation = group_units(units)
         key = (scope.workspace, scope.subject, digest, action)
         fts = fts_table(scope)
+        vectors = dict(zip((u.unit_id for u in units), self._embed(units), strict=True))
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
@@ -171,6 +173,8 @@ class SqliteIndex(IndexBase):
                                  "action = ? AND active = 1", key).fetchall()
                 added = [(i, folded[uid]) for i, uid in now if i not in before and uid in folded]
                 db.executemany(f"INSERT INTO {fts} (rowid, folded) VALUES (?, ?)", added)
+                db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+                               [(i, vectors[uid]) for i, uid in now if i not in before and uid in vectors])
                 if added or superseded:
                     db.execute("INSERT INTO scopes VALUES (?, ?, 1) ON CONFLICT (workspace, subject) "
                                "DO UPDATE SET generation = generation + 1", (scope.workspace, scope.subject))
@@ -247,6 +251,13 @@ class SqliteIndex(IndexBase):
         scored.sort()
         return self._nominations(scope, [(rowid, -score) for score, rowid in scored[:limit]])
 
+    def _rank_any(self, scope: Scope, ranked_by: tuple[str, ...], candidates: int) -> list[tuple[Nomination, str]]:
+        fts = fts_table(scope)
+        rows = self._db.execute(f"SELECT rowid, rank, folded FROM {fts} WHERE {fts} MATCH ? ORDER BY rank, rowid LIMIT ?",
+                                (" OR ".join(_quoted(t) for t in ranked_by), candidates)).fetchall()
+        found = self._active(scope, [rowid for rowid, _, _ in rows])
+        return [(Nomination(*found[rowid], -float(rank)), text) for rowid, rank, text in rows if rowid in found]
+
     def _average_length(self, fts: str) -> float:
         """FTS5's average unit length in tokens (its averages record: the row count, then the token count)."""
         row = self._db.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
@@ -255,14 +266,24 @@ class SqliteIndex(IndexBase):
 
     def _nominations(self, scope: Scope, ranked: list[tuple[int, float]]) -> list[Nomination]:
         """The ranked row ids as nominations, each checked again to be an active unit of the scope."""
-        if not ranked:
-            return []
-        marks = ", ".join("?" * len(ranked))
-        # NOT INDEXED: looked up by row id (still allowed), never by scanning the scope in units_by_artifact.
-        found = {i: (uid, derivation) for i, uid, derivation in self._db.execute(
-            f"SELECT id, unit_id, derivation_ref FROM units NOT INDEXED WHERE id IN ({marks}) AND workspace = ? "
-            "AND subject = ? AND active = 1", (*(rowid for rowid, _ in ranked), scope.workspace, scope.subject))}
+        found = self._active(scope, [rowid for rowid, _ in ranked])
         return [Nomination(*found[rowid], score) for rowid, score in ranked if rowid in found]
+
+    def _active(self, scope: Scope, rowids: list[int]) -> dict[int, tuple[str, str]]:
+        """``{row id: (unit_id, derivation_ref)}`` of those row ids that are active units of the scope."""
+        if not rowids:
+            return {}
+        marks = ", ".join("?" * len(rowids))
+        # NOT INDEXED: looked up by row id (still allowed), never by scanning the scope in units_by_artifact.
+        return {i: (uid, derivation) for i, uid, derivation in self._db.execute(
+            f"SELECT id, unit_id, derivation_ref FROM units NOT INDEXED WHERE id IN ({marks}) AND workspace = ? "
+            "AND subject = ? AND active = 1", (*rowids, scope.workspace, scope.subject))}
+
+    def _vector_rows(self, scope: Scope) -> Iterable[tuple[str, str, bytes]]:
+        return self._db.execute(
+            "SELECT u.unit_id, u.derivation_ref, v.vector FROM units AS u JOIN vectors AS v ON v.id = u.id "
+            "WHERE u.workspace = ? AND u.subject = ? AND u.active = 1 ORDER BY u.id",
+            (scope.workspace, scope.subject)).fetchall()
 
     def _unit_rows(self, scope: Scope, unit_ids: list[str]) -> Iterable[tuple[Any, ...]]:
         marks = ", ".join("?" * len(unit_ids))

@@ -27,7 +27,7 @@ from mediafleet.discovery.errors import DiscoveryError, Refusal
 from mediafleet.discovery.host import LEASE_ID
 from mediafleet.discovery.operations import DiscoveryService
 
-__all__ = ["TOOL_FIELDS", "DiscoveryTools", "build_server", "check_loopback_url", "is_loopback_host", "serve_http",
+__all__ = ["TOOL_FIELDS", "DiscoveryTools", "UnavailableTools", "build_server", "check_loopback_url", "is_loopback_host", "serve_http",
            "serve_stdio"]
 
 log = logging.getLogger("mediafleet.discovery.mcp")
@@ -37,9 +37,11 @@ TOOL_FIELDS: dict[str, tuple[str, str]] = {
     "discovery-inspect": ("lease_id", "unit_id"),
 }
 _DESCRIPTIONS = {
-    "discovery-search": "Lexical search of the evidence your lease covers. Returns investigative evidence "
-                        "(text with its located source); it never assesses sufficiency, and an empty result "
-                        "does not mean the evidence is absent.",
+    "discovery-search": "Search of the evidence your lease covers, by its words (abbreviations, numbers and "
+                        "spellings normalised; units holding most of your words come after those holding all) "
+                        "and, where the host enabled it, by meaning. Returns investigative evidence (text with "
+                        "its located source, the query words it holds, the channels that nominated it); it never "
+                        "assesses sufficiency, and an empty result does not mean the evidence is absent.",
     "discovery-inspect": "One evidence unit of your lease's scope by its unit_id, with its located source.",
 }
 _BRIDGE_TIMEOUT_S = 120.0
@@ -125,6 +127,14 @@ class DiscoveryTools:
             return DiscoveryError(Refusal.INTERNAL_ERROR).public(), True
 
 
+class UnavailableTools:
+    """What a host that cannot serve (no key, no state, no credential) answers: ``host_unavailable``."""
+
+    def call(self, tool: str, arguments: Mapping[str, Any] | None, credential: str | None) -> tuple[dict[str, Any], bool]:
+        """Every call, valid or not: the public ``host_unavailable`` error. Never raises."""
+        return DiscoveryError(Refusal.HOST_UNAVAILABLE).public(), True
+
+
 Handler = Callable[[str, Mapping[str, Any] | None, Any], Awaitable[tuple[dict[str, Any], bool]]]
 
 
@@ -149,7 +159,7 @@ def build_server(handler: Handler) -> Any:
                                "discovery-inspect (lease_id, unit_id).")
 
 
-def _local_handler(tools: DiscoveryTools, credential_of: Callable[[Any], str | None]) -> Handler:
+def _local_handler(tools: DiscoveryTools | UnavailableTools, credential_of: Callable[[Any], str | None]) -> Handler:
     import anyio
     import anyio.to_thread
 
@@ -173,7 +183,7 @@ def bearer(ctx: Any) -> str | None:
     return header.removeprefix("Bearer ").strip() or None
 
 
-def serve_http(tools: DiscoveryTools, *, host: str = "127.0.0.1", port: int = 8766) -> None:
+def serve_http(tools: DiscoveryTools | UnavailableTools, *, host: str = "127.0.0.1", port: int = 8766) -> None:
     """Streamable HTTP at ``http://HOST:PORT/mcp``, loopback only, until the process is stopped.
 
     Raises:
@@ -191,7 +201,7 @@ def serve_http(tools: DiscoveryTools, *, host: str = "127.0.0.1", port: int = 87
     anyio.run(uvicorn.Server(config).serve)
 
 
-def serve_stdio(credential: str, *, tools: DiscoveryTools | None = None, endpoint: str | None = None) -> None:
+def serve_stdio(credential: str, *, tools: DiscoveryTools | UnavailableTools | None = None, endpoint: str | None = None) -> None:
     """Serve the two tools on stdin/stdout with the credential from the host's file.
 
     With ``tools``, calls are answered here; with ``endpoint`` (a loopback URL, checked), each

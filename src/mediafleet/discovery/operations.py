@@ -2,7 +2,8 @@
 
 Order, for each call: the request is checked (exactly its two fields); the credential and the
 lease are checked and one operation is counted, durably; the host's authorization callback is
-asked before nomination; the lexical provider nominates unit ids only; each nominated unit is
+asked before nomination; the channels nominate unit ids only (lexical; with ``semantic`` on, the
+nearest vectors too, the two lists fused by reciprocal rank); each nominated unit is
 reloaded from the index and delivered only if it is still active, in the lease's scope and of the
 nominated generation, and the scope's generation is still the one the lease pinned; the units are
 packed into what is left of the budget (what does not fit is counted in ``omitted_count``); the
@@ -23,15 +24,48 @@ from mediafleet.discovery.answer import answer, evidence_object
 from mediafleet.discovery.errors import DiscoveryError, Refusal
 from mediafleet.discovery.host import Binding, LeaseHost, Reservation
 from mediafleet.discovery.index import EvidenceIndex, Nomination, StoredUnit
+from mediafleet.discovery.index_base import held_terms
 from mediafleet.discovery.receipt import ReceiptKey
 from mediafleet.discovery.text import query_terms
 from mediafleet.discovery.units import text_digest
 
-__all__ = ["NOMINATION_LIMIT", "AuthorizationRequest", "Authorizer", "DiscoveryService", "allow_active_bindings"]
+__all__ = ["CHANNELS", "NOMINATION_LIMIT", "RRF_K", "AuthorizationRequest", "Authorizer", "DiscoveryService",
+           "allow_active_bindings", "fuse", "parse_channels"]
 
 log = logging.getLogger("mediafleet.discovery")
 
 NOMINATION_LIMIT = 20
+CHANNELS = ("lexical", "semantic")
+RRF_K = 60  # reciprocal rank fusion: a nomination's fused score is the sum of 1 / (RRF_K + rank) over channels
+
+
+def parse_channels(text: str) -> tuple[str, ...]:
+    """``lexical`` or ``lexical,semantic`` (the ``MEDIAFLEET_DISCOVERY_CHANNELS`` form).
+
+    Raises:
+        ValueError: an unknown channel, or a list without ``lexical``.
+    """
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names or any(n not in CHANNELS for n in names) or "lexical" not in names:
+        raise ValueError("the discovery channels are lexical or lexical,semantic")
+    return tuple(n for n in CHANNELS if n in names)
+
+
+def fuse(lists: dict[str, list[Nomination]], limit: int) -> list[tuple[Nomination, tuple[str, ...]]]:
+    """Reciprocal rank fusion of each channel's nominations, best first, with the channels that nominated each.
+
+    Equal fused scores keep the order of the first channel (``CHANNELS``' order) that nominated them.
+    """
+    scores: dict[str, float] = {}
+    first: dict[str, tuple[int, int, Nomination]] = {}
+    by: dict[str, list[str]] = {}
+    for c, channel in enumerate(CHANNELS):
+        for rank, nomination in enumerate(lists.get(channel, []), start=1):
+            scores[nomination.unit_id] = scores.get(nomination.unit_id, 0.0) + 1.0 / (RRF_K + rank)
+            first.setdefault(nomination.unit_id, (c, rank, nomination))
+            by.setdefault(nomination.unit_id, []).append(channel)
+    order = sorted(scores, key=lambda uid: (-scores[uid], first[uid][0], first[uid][1]))
+    return [(first[uid][2], tuple(by[uid])) for uid in order[:limit]]
 
 
 @dataclass(frozen=True)
@@ -47,6 +81,7 @@ class AuthorizationRequest:
 
 
 Authorizer = Callable[[AuthorizationRequest], bool]
+Fused = tuple[Nomination, tuple[str, ...]]  # a nomination and the channels that nominated it
 
 
 def allow_active_bindings(request: AuthorizationRequest) -> bool:
@@ -63,13 +98,23 @@ class DiscoveryService:
         index: the evidence index (SQLite or PostgreSQL).
         key: the receipt key.
         authorize: the host's live authorization callback; anything but ``True`` refuses.
-        nomination_limit: how many units the lexical provider nominates per search.
+        nomination_limit: how many units a search nominates (each channel nominates as many, then fused).
+        channels: ``("lexical",)`` (the default) or ``("lexical", "semantic")``.
+
+    Raises:
+        ValueError: an unknown channel list.
+        ImportError: the semantic channel without its model (``wordllama``).
     """
 
     def __init__(self, host: LeaseHost, index: EvidenceIndex, key: ReceiptKey, authorize: Authorizer,
-                 *, nomination_limit: int = NOMINATION_LIMIT) -> None:
+                 *, nomination_limit: int = NOMINATION_LIMIT, channels: tuple[str, ...] = ("lexical",)) -> None:
         self.host, self.index, self.key, self._authorize = host, index, key, authorize
         self.nomination_limit = nomination_limit
+        self.channels = parse_channels(",".join(channels))
+        if "semantic" in self.channels:
+            from mediafleet.discovery.embedding import default_embedder
+
+            default_embedder()  # a semantic host without its model refuses to start, never falls back
 
     def search(self, credential: str, lease_id: str, query: str) -> dict[str, Any]:
         """``discovery-search``: lexical search of the lease's scope.
@@ -79,8 +124,14 @@ class DiscoveryService:
         """
         terms = query_terms(query)
         reservation = self.host.reserve(credential, lease_id, "discovery-search")
-        return self._run(reservation, credential, query_digest=text_digest(query),
-                         nominate=lambda scope: self.index.search(scope, terms, self.nomination_limit))
+
+        def nominate(scope: Any) -> list[tuple[Nomination, tuple[str, ...]]]:
+            lists = {"lexical": self.index.search(scope, terms, self.nomination_limit)}
+            if "semantic" in self.channels:
+                lists["semantic"] = self.index.nearest(scope, query, self.nomination_limit)
+            return fuse(lists, self.nomination_limit)
+
+        return self._run(reservation, credential, query_digest=text_digest(query), nominate=nominate, terms=terms)
 
     def inspect(self, credential: str, lease_id: str, unit_id: str) -> dict[str, Any]:
         """``discovery-inspect``: one unit of the lease's scope, by id.
@@ -92,11 +143,11 @@ class DiscoveryService:
             raise DiscoveryError(Refusal.UNIT_NOT_FOUND)
         reservation = self.host.reserve(credential, lease_id, "discovery-inspect")
 
-        def nominate(scope: Any) -> list[Nomination]:
+        def nominate(scope: Any) -> list[tuple[Nomination, tuple[str, ...]]]:
             stored = self.index.load(scope, [unit_id]).get(unit_id)
             if stored is None or not stored.active:
                 raise DiscoveryError(Refusal.UNIT_NOT_FOUND)
-            return [Nomination(unit_id, stored.unit.derivation_ref, 0.0)]
+            return [(Nomination(unit_id, stored.unit.derivation_ref, 0.0), ())]
 
         return self._run(reservation, credential, unit_id=unit_id, nominate=nominate)
 
@@ -112,10 +163,11 @@ class DiscoveryService:
         if self.index.scope_generation(reservation.binding.scope) != reservation.lease.generation:
             raise DiscoveryError(Refusal.GENERATION_CHANGED)
 
-    def _run(self, reservation: Reservation, credential: str, *, nominate: Callable[[Any], list[Nomination]],
-             query_digest: str | None = None, unit_id: str | None = None) -> dict[str, Any]:
+    def _run(self, reservation: Reservation, credential: str, *, nominate: Callable[[Any], list[Fused]],
+             query_digest: str | None = None, unit_id: str | None = None,
+             terms: list[str] | None = None) -> dict[str, Any]:
         try:
-            return self._prepare(reservation, credential, nominate, query_digest, unit_id)
+            return self._prepare(reservation, credential, nominate, query_digest, unit_id, terms)
         except DiscoveryError as exc:
             self.host.fail(reservation, exc.code)
             raise
@@ -124,13 +176,15 @@ class DiscoveryService:
             self.host.fail(reservation, Refusal.INTERNAL_ERROR)
             raise DiscoveryError(Refusal.INTERNAL_ERROR) from None
 
-    def _prepare(self, reservation: Reservation, credential: str, nominate: Callable[[Any], list[Nomination]],
-                 query_digest: str | None, unit_id: str | None) -> dict[str, Any]:
+    def _prepare(self, reservation: Reservation, credential: str, nominate: Callable[[Any], list[Fused]],
+                 query_digest: str | None, unit_id: str | None, terms: list[str] | None) -> dict[str, Any]:
         scope = reservation.binding.scope
         lease = reservation.lease
         self._ask(reservation, "nominate", (unit_id,) if unit_id else ())
         self._same_generation(reservation)
-        nominations = nominate(scope)
+        fused = nominate(scope)
+        nominated_by = {n.unit_id: channels for n, channels in fused}
+        nominations = [n for n, _ in fused]
         stored = self.index.load(scope, [n.unit_id for n in nominations])
         units: list[StoredUnit] = []
         for nomination in nominations:
@@ -151,7 +205,9 @@ class DiscoveryService:
                 characters_left -= size
         omitted = len(units) - len(delivered)
         self._ask(reservation, "deliver", tuple(u.unit.unit_id for u in delivered))
-        evidence = [evidence_object(u) for u in delivered]
+        evidence = [evidence_object(u) if terms is None else
+                    evidence_object(u, matched_terms=held_terms(terms, u.unit.folded),
+                                    nominated_by=nominated_by[u.unit.unit_id]) for u in delivered]
         characters = sum(len(u.unit.text) for u in delivered)
         body = {
             "request_id": reservation.request_id, "lease_id": lease.lease_id, "binding_id": reservation.binding.binding_id,
@@ -164,4 +220,6 @@ class DiscoveryService:
         }
         sealed = self.key.seal(reservation.request_id, lease.lease_id, body)
         self.host.commit(reservation, credential, sealed, len(delivered), characters)
-        return answer(reservation.request_id, lease.generation, evidence, omitted, lease.operations_used)
+        channels = list(self.channels) if terms is not None else ["lexical"]
+        return answer(reservation.request_id, lease.generation, evidence, omitted, lease.operations_used,
+                      channels=channels)

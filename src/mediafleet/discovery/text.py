@@ -1,24 +1,23 @@
-"""Text as the index matches it: NFKC and case folding, and a query reduced to plain terms.
+"""Text as the index matches it: NFKC and case folding, the normaliser, and a query reduced to plain terms.
 
-A unit keeps its original text; only the folded copy is indexed. A unit matches a query when it
-holds every word of the query (lexical, no stemming), ranked by BM25. A query is never passed to
-FTS5 or to PostgreSQL as syntax: it is folded the same way and cut into word terms (Unicode
-``\\w`` runs), and each backend quotes those terms itself, so ``"``, ``*``, ``NEAR``, ``OR``,
-``:`` or ``'`` in a query are just text.
+A unit keeps its original text; only the matched copy (:func:`matched_form`: folded, then
+:func:`mediafleet.discovery.normalise.normalise`) is indexed. A query goes through the same two
+steps and is cut into its distinct word terms; it is never passed to FTS5 or to PostgreSQL as
+syntax: each backend quotes those terms itself, so ``"``, ``*``, ``NEAR``, ``OR``, ``:`` or ``'``
+in a query are just text.
 """
 
 from __future__ import annotations
 
-import re
 import unicodedata
 
 from mediafleet.discovery.errors import DiscoveryError, Refusal
+from mediafleet.discovery.normalise import normalise, tokens
 
-__all__ = ["MAX_QUERY_CHARS", "MAX_QUERY_TERMS", "fold", "query_terms"]
+__all__ = ["MAX_QUERY_CHARS", "MAX_QUERY_TERMS", "fold", "matched_form", "query_terms"]
 
 MAX_QUERY_CHARS = 2000
 MAX_QUERY_TERMS = 32
-_TERM = re.compile(r"\w+")
 
 
 def fold(text: str) -> str:
@@ -26,8 +25,13 @@ def fold(text: str) -> str:
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
 
 
+def matched_form(text: str) -> str:
+    """What the index matches for ``text``: folded, normalised, its word tokens joined by spaces."""
+    return normalise(fold(text))
+
+
 def query_terms(query: str) -> list[str]:
-    """The distinct word terms of a query, in order.
+    """The distinct word terms of a query, in order, folded and normalised as units are.
 
     Raises:
         DiscoveryError: the query is empty, longer than ``MAX_QUERY_CHARS`` characters, has more
@@ -37,7 +41,7 @@ def query_terms(query: str) -> list[str]:
         raise DiscoveryError(Refusal.INVALID_REQUEST, "query is empty")
     if len(query) > MAX_QUERY_CHARS:
         raise DiscoveryError(Refusal.INVALID_REQUEST, f"query is longer than {MAX_QUERY_CHARS} characters")
-    terms = list(dict.fromkeys(_TERM.findall(fold(query))))
+    terms = list(dict.fromkeys(tokens(fold(query))))
     if not terms:
         raise DiscoveryError(Refusal.INVALID_REQUEST, "query has no words to search for")
     if len(terms) > MAX_QUERY_TERMS:

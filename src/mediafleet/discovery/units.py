@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
-from mediafleet.discovery.text import fold
+from mediafleet.discovery.text import matched_form
 
 __all__ = ["Scope", "Unit", "text_digest", "units_from_bundle"]
 
@@ -52,7 +52,8 @@ class Unit:
 
     @property
     def folded(self) -> str:
-        return fold(self.text)
+        """The text as the index matches it: folded and normalised (:func:`~mediafleet.discovery.text.matched_form`)."""
+        return matched_form(self.text)
 
     def source_json(self) -> str:
         return json.dumps(self.source_range, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
