@@ -27,7 +27,8 @@ if (($# < 2)); then
 fi
 python=$1
 shift
-lock="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lock.txt"
+# INSTALL_LOCK names another lock (requirements/refresh.sh installs its candidate with it).
+lock="${INSTALL_LOCK:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lock.txt}"
 [ -r "$lock" ] || { echo "install.sh: no lock at $lock" >&2; exit 2; }
 pip=("$python" -m pip --disable-pip-version-check)
 

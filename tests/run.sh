@@ -24,12 +24,8 @@ if ((${#missing[@]})); then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[all,test]'
-# rapidocr and scenedetect pull in opencv-python, which needs the system's libGL; both wheels share
-# one cv2/ folder, so where cv2 does not import, the headless build is reinstalled over it.
-if ! .venv/bin/python -c 'import cv2' 2>/dev/null; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --force-reinstall \
-    "opencv-python-headless==$(.venv/bin/python -c 'from importlib.metadata import version; print(version("opencv-python-headless"))')"
-fi
+# Every version from requirements/lock.txt, the C extensions' build included; where cv2 does not
+# import (opencv-python without libGL), the headless build is put back over it (docs/install.md).
+bash requirements/install.sh .venv/bin/python -e '.[all,test]'
 
 exec .venv/bin/python -m pytest "$@"
