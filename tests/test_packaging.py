@@ -192,3 +192,16 @@ def test_the_installed_wheel_imports_under_mediafleet_only(installed: Path, tmp_
     probe = subprocess.run([sys.executable, "-S", "-c", _PROBE, str(installed)], capture_output=True, text=True,
                            env=env, cwd=tmp_path, timeout=120)
     assert probe.returncode == 0 and probe.stdout.strip() == "ok", probe.stderr[-3000:]
+
+
+def test_every_python_child_process_is_started_with_dash_P() -> None:
+    """mediafleet starts Python children (the detached job runner, the GPU probes) only through
+    ``mediafleet.interpreter.python``, which passes ``-P``: a working directory holding a
+    ``mediafleet`` folder never shadows the installed package in them."""
+    from mediafleet.interpreter import python
+
+    assert python("-m", "x")[1:] == ["-P", "-m", "x"]
+    mention = {path.relative_to(ROOT).as_posix()
+               for top in set(_PACKAGE_DIRS.values()) for path in (ROOT / top).rglob("*.py")
+               if "sys.executable" in path.read_text(encoding="utf-8")}
+    assert mention == {"src/mediafleet/interpreter.py"}
