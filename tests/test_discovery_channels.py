@@ -154,3 +154,23 @@ def test_an_answer_says_which_channels_took_part_and_which_nominated_each_item(s
     assert answer["channels"] == ["lexical"]
     assert [(e["text"], e["nominated_by"], e["matched_terms"]) for e in answer["evidence"]] == [
         (SAID[1], ["lexical"], ["weasels", "phone", "system"]), (SAID[12], ["lexical"], ["the", "phone", "system"])]
+
+
+def test_the_closest_keep_every_tie_at_the_cut() -> None:
+    import numpy as np
+
+    from mediafleet.discovery.index_base import _closest
+
+    assert _closest(np.array([5, 1, 3, 1, 3, 9], dtype=np.uint16), 3).tolist() == [1, 2, 3, 4]
+    assert _closest(np.array([2, 0], dtype=np.uint8), 3).tolist() == [0, 1]
+
+
+def test_a_large_scope_compares_the_first_bits_first_with_the_same_nearest(said: EvidenceIndex,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import mediafleet.discovery.index_base as index_base
+
+    exact = semantic(said, "weasels ate the phone system", 2)
+    monkeypatch.setattr(index_base, "FIRST_BITS_ABOVE", 4)  # as if the 14 units were a million
+    monkeypatch.setattr(index_base, "FIRST_BITS_KEEP", 6)
+    said.add_units(HARBOUR, [unit("A new prompt arrives.", 99, digest="sha256:" + "cd" * 32)])  # a new generation
+    assert semantic(said, "weasels ate the phone system", 2) == exact == [1, 12]

@@ -17,6 +17,7 @@ vectors is within ~0.01 of the exact one) and searched as their 256 sign bits fi
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from importlib import metadata, resources
 from typing import Any
@@ -28,6 +29,7 @@ MODEL_ID = "wordllama/l2_supercat_256"
 _WEIGHTS = "weights/l2_supercat_256.safetensors"
 _TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
 _MAX_TOKENS = 512  # a unit's vector is the mean of its first 512 tokens
+_BATCH = 128  # texts embedded together (their tokens' vectors are gathered at once: kept small for the cache)
 
 
 class StaticEmbedder:
@@ -65,13 +67,18 @@ class StaticEmbedder:
         """``(len(texts), 256)`` float32, each row unit length (zero for a text with no token)."""
         np = self._np
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
-        for i, encoding in enumerate(self._tokenizer.encode_batch(texts, add_special_tokens=False)):
-            ids = encoding.ids[:_MAX_TOKENS]
-            if ids:
-                vector = self._table[ids].mean(axis=0)
-                norm = float(np.linalg.norm(vector))
-                if norm > 0:
-                    out[i] = vector / norm
+        for first in range(0, len(texts), _BATCH):
+            encodings = self._tokenizer.encode_batch(texts[first:first + _BATCH], add_special_tokens=False)
+            lengths = np.array([min(len(e.ids), _MAX_TOKENS) for e in encodings], dtype=np.int64)
+            some = np.flatnonzero(lengths)
+            if not len(some):
+                continue
+            ids = np.fromiter(itertools.chain.from_iterable(e.ids[:_MAX_TOKENS] for e in encodings), dtype=np.int64,
+                              count=int(lengths.sum()))
+            starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[some]
+            sums = np.add.reduceat(self._table[ids], starts, axis=0)  # the mean's direction: the sum's
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+            out[first + some] = np.divide(sums, norms, out=np.zeros_like(sums), where=norms > 0)
         return out
 
 

@@ -126,9 +126,10 @@ class IndexBase(ABC):
         """The semantic channel: the active units of ``scope`` whose vectors are nearest the query's.
 
         The scope's vectors are held in memory, read again when its generation changes. The 256 sign
-        bits of every vector are compared first (Hamming distance); the ``NEAREST_CANDIDATES`` closest
-        are ranked by the cosine of their stored vectors. The score is that cosine: it orders, and
-        never establishes sufficiency.
+        bits of every vector are compared first (Hamming distance; above ``FIRST_BITS_ABOVE`` vectors,
+        the first 64 bits pick ``FIRST_BITS_KEEP`` for all 256), and the ``NEAREST_CANDIDATES``
+        closest are ranked by the cosine of their stored vectors; equal cosines, the unit indexed
+        first. The score is that cosine: it orders, and never establishes sufficiency.
         """
         from mediafleet.discovery.embedding import default_embedder, quantise, sign_bits
         from mediafleet.discovery.text import matched_form
@@ -146,15 +147,19 @@ class IndexBase(ABC):
                 self._vectors[scope] = held
         if not held.unit_ids:
             return []
-        bits = sign_bits(query_vector)[0].view(np.uint64)
-        distance = np.bitwise_count(held.bits ^ bits).sum(axis=1, dtype=np.int32)
-        take = min(NEAREST_CANDIDATES, len(distance))
-        candidates = np.argpartition(distance, take - 1)[:take] if take < len(distance) else np.arange(len(distance))
-        query_bytes = quantise(query_vector)[0].astype(np.int32)
-        cosine = (held.vectors[candidates].astype(np.int32) @ query_bytes) / (127.0 * 127.0)
-        order = sorted(range(len(candidates)), key=lambda i: (-cosine[i], int(candidates[i])))[:limit]
-        return [Nomination(held.unit_ids[int(candidates[i])], held.derivations[int(candidates[i])], float(cosine[i]))
-                for i in order]
+        query_bits = sign_bits(query_vector)[0].view(np.uint64)
+        rows = np.arange(len(held.unit_ids))
+        if len(rows) > FIRST_BITS_ABOVE:
+            # A million units: the first 64 sign bits pick the closest ~FIRST_BITS_KEEP, then all 256 bits.
+            rows = _closest(np.bitwise_count(held.bits[0] ^ query_bits[0]), FIRST_BITS_KEEP)
+        distance = sum((np.bitwise_count(column[rows] ^ q).astype(np.uint16)
+                        for column, q in zip(held.bits, query_bits, strict=True)), np.zeros(len(rows), np.uint16))
+        rows = rows[_closest(distance, NEAREST_CANDIDATES)]
+        query_bytes = quantise(query_vector)[0].astype(np.float32)
+        cosine = (held.vectors[rows].astype(np.float32) @ query_bytes) / (127.0 * 127.0)
+        order = np.lexsort((rows, -cosine))[:limit]
+        return [Nomination(held.unit_ids[r], held.derivations[r], float(c))
+                for r, c in zip(rows[order].tolist(), cosine[order].tolist(), strict=True)]
 
     def load(self, scope: Scope, unit_ids: list[str]) -> dict[str, StoredUnit]:
         if not unit_ids:
@@ -164,12 +169,26 @@ class IndexBase(ABC):
         return dict(_stored_units(scope, rows))
 
 
-NEAREST_CANDIDATES = 400  # vectors ranked by cosine after the sign-bit comparison
+NEAREST_CANDIDATES = 400  # vectors ranked by cosine after the sign-bit comparison (at least; ties at the cut stay)
+FIRST_BITS_ABOVE = 50_000  # a scope with more active vectors than this compares their first 64 bits first,
+FIRST_BITS_KEEP = 20_000  # keeping at least this many closest (every one tied at the cut) for all 256 bits
+
+
+def _closest(distance: Any, keep: int) -> Any:
+    """Indices of the ``keep`` smallest distances and every one tied with the last (a count per distance,
+    cheaper than a partition over a million)."""
+    import numpy as np
+
+    if len(distance) <= keep:
+        return np.arange(len(distance))
+    counts = np.cumsum(np.bincount(distance))
+    cut = int(np.searchsorted(counts, keep))
+    return np.flatnonzero(distance <= cut)
 
 
 @dataclass
 class _Vectors:
-    """A scope's active vectors as of one generation: ids, sign bits (n x 4 uint64), bytes (n x 256 int8)."""
+    """A scope's active vectors as of one generation: ids, sign bits (4 columns of n uint64), bytes (n x 256 int8)."""
 
     generation: int
     unit_ids: list[str]
@@ -184,8 +203,9 @@ class _Vectors:
         from mediafleet.discovery.embedding import DIMENSIONS
 
         vectors = np.frombuffer(b"".join(bytes(v) for _, _, v in rows), dtype=np.int8).reshape(-1, DIMENSIONS)
-        bits = np.packbits(vectors > 0, axis=-1, bitorder="little").view(np.uint64)
-        return cls(generation, [r[0] for r in rows], [r[1] for r in rows], bits, vectors)
+        bits = np.packbits(vectors > 0, axis=-1, bitorder="little").view(np.uint64).reshape(-1, DIMENSIONS // 64)
+        columns = [np.ascontiguousarray(bits[:, k]) for k in range(DIMENSIONS // 64)]
+        return cls(generation, [r[0] for r in rows], [r[1] for r in rows], columns, vectors)
 
 
 def partial_need(count: int) -> int:
