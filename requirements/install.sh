@@ -46,23 +46,34 @@ locked_version() {
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# pip, quietly: its output (and the build backend's, which pip -q still passes on) is kept, shown
+# whole when pip fails, and only pip's own warnings are shown when it succeeds.
+quiet() {
+  if ! "${pip[@]}" "$@" >"$tmp/pip.log" 2>&1; then
+    cat "$tmp/pip.log" >&2
+    echo "install.sh: pip $* failed (above)" >&2
+    return 1
+  fi
+  grep -E '^(WARNING|ERROR): ' "$tmp/pip.log" >&2 || true
+}
+
 # 1. The locked pip. An older pip takes a requirements file with hashes (hash-checking mode), not a
 #    constraints file with them, so pip's entry is installed as a requirement of its own.
 want_pip=$(locked_version pip)
 have_pip=$("$python" -P -c 'from importlib.metadata import version; print(version("pip"))' 2>/dev/null || true)
 if [ "$have_pip" != "$want_pip" ]; then
   locked_entry pip >"$tmp/pip.txt"
-  "${pip[@]}" install -q -r "$tmp/pip.txt"
+  quiet install -q -r "$tmp/pip.txt"
 fi
 
 # 2. The specs. --no-require-hashes: a hash in a constraints file would otherwise put pip in
 #    hash-checking mode, which refuses every SPEC that has no hash (a directory, an editable, a wheel
 #    just built). The lock's hashes are still checked for every distribution it pins.
-"${pip[@]}" install -q --no-require-hashes -c "$lock" --build-constraint "$lock" "$@"
+quiet install -q --no-require-hashes -c "$lock" --build-constraint "$lock" "$@"
 
 # 3. cv2 without libGL.
 if "$python" -P -c 'from importlib.metadata import version; version("opencv-python-headless")' 2>/dev/null \
    && ! "$python" -P -c 'import cv2' 2>/dev/null; then
   locked_entry opencv-python-headless >"$tmp/cv2.txt"
-  "${pip[@]}" install -q --no-deps --force-reinstall -r "$tmp/cv2.txt"
+  quiet install -q --no-deps --force-reinstall -r "$tmp/cv2.txt"
 fi
