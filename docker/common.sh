@@ -42,10 +42,26 @@ mf_load_secrets() {
 # The Celery node name of this container's worker: unique per container (the host name is the
 # container id under Docker and the pod name under Kubernetes) and prefixed by the device class,
 # so Flower's metrics can be summed per class (deploy/k8s/keda.yaml relies on "mf-<device>@").
+#
+# On the host's network (compose.loopback.yaml sets MEDIAFLEET_HOST_NETWORK=true) every container
+# has the host's name, so the container's short id is added: mf-<device>@<host name>-<id>.
 mf_worker_name() {
     if [ -n "${MEDIAFLEET_WORKER_NAME:-}" ]; then
         printf '%s\n' "$MEDIAFLEET_WORKER_NAME"
-    else
-        printf 'mf-%s@%s\n' "${MEDIAFLEET_DEVICE:-cpu}" "$(uname -n)"
+        return
     fi
+    node=$(uname -n)
+    if [ "${MEDIAFLEET_HOST_NETWORK:-}" = true ]; then
+        id=$(mf_container_id)
+        [ -n "$id" ] || mf_fail 70 "MEDIAFLEET_HOST_NETWORK is set but this container's id cannot be read: set MEDIAFLEET_WORKER_NAME"
+        node="$node-$id"
+    fi
+    printf 'mf-%s@%s\n' "${MEDIAFLEET_DEVICE:-cpu}" "$node"
+}
+
+# This container's short id, read from where Docker mounts its /etc/hostname
+# (.../containers/<64 hex>/hostname); empty outside Docker.
+mf_container_id() {
+    sed -n 's|^.* \(/[^ ]*\)*/containers/\([0-9a-f]\{64\}\)/hostname .*$|\2|p' /proc/self/mountinfo 2>/dev/null \
+        | head -n 1 | cut -c 1-12
 }

@@ -5,6 +5,7 @@
 #                            through the broker (so broker, password and worker are all checked);
 #                            a busy prefork worker still answers: its tasks run in child processes
 #   healthcheck.sh flower    Flower's /healthcheck on 127.0.0.1:${FLOWER_PORT:-5555} says OK
+#   healthcheck.sh mcp       serve-mcp --http answers HTTP on 127.0.0.1:${MEDIAFLEET_MCP_PORT:-8765}
 #
 # MEDIAFLEET_HEALTHCHECK_TIMEOUT_S (default 10) bounds the wait for the worker's reply.
 set -eu
@@ -33,7 +34,23 @@ except OSError as exc:
     sys.exit("flower does not answer: %s" % type(exc).__name__)
 ' "${FLOWER_PORT:-5555}"
         ;;
+    mcp)
+        # Any HTTP answer from /mcp (a plain GET is refused: the transport wants an MCP client).
+        exec python -c '
+import sys
+import urllib.error
+import urllib.request
+
+url = "http://127.0.0.1:%s/mcp" % sys.argv[1]
+try:
+    urllib.request.urlopen(url, timeout=10).close()
+except urllib.error.HTTPError:
+    pass
+except OSError as exc:
+    sys.exit("the MCP server does not answer: %s" % type(exc).__name__)
+' "${MEDIAFLEET_MCP_PORT:-8765}"
+        ;;
     *)
-        mf_fail 64 "healthcheck.sh [worker|flower]"
+        mf_fail 64 "healthcheck.sh [worker|flower|mcp]"
         ;;
 esac

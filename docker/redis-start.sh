@@ -1,7 +1,8 @@
 #!/bin/sh
 # Start the fleet's Redis: password from a secret file, append-only persistence, no eviction.
 #
-# Used as the entrypoint of the official redis image in compose.yaml. The password goes into a
+# Used as the entrypoint of the official redis image in compose.yaml, and of mediafleet:redis
+# (docker/Dockerfile.redis, Debian's redis-server) where no registry answers. The password goes into a
 # config file that only redis can read, never onto a command line (`ps` and `docker inspect`
 # would show it there). Extra arguments go to redis-server.
 #
@@ -44,5 +45,9 @@ if [ "$(id -u)" = 0 ] && id redis >/dev/null 2>&1; then
     chown redis "$conf"
 fi
 
-# The image's own entrypoint drops from root to the redis user and owns /data.
-exec docker-entrypoint.sh redis-server "$conf" "$@"
+# The official image's own entrypoint drops from root to the redis user and owns /data; Debian's
+# redis-server (docker/Dockerfile.redis) already runs as redis.
+if command -v docker-entrypoint.sh >/dev/null 2>&1; then
+    exec docker-entrypoint.sh redis-server "$conf" "$@"
+fi
+exec redis-server "$conf" "$@"

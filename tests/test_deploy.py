@@ -1,8 +1,9 @@
 """The containers and the example deployment, checked without a Docker engine.
 
-No engine runs here, so the images cannot be built in CI. What can be checked is checked: the
-Dockerfiles lint clean (hadolint), the compose file validates (`docker-compose config`, Debian's
-v1, which needs no engine and rejects unknown keys) and has the shape the README promises, the
+tests/test_containers.py builds the images and runs the stack on a real engine; this module checks
+what needs none, in seconds: the Dockerfiles lint clean (hadolint), the compose file and its
+loopback override validate (`docker-compose config`, Debian's v1, which needs no engine and
+rejects unknown keys) and have the shape the README promises, the
 Kubernetes manifests lint clean (yamllint) and agree with the code (queue names, worker names,
 time limits), and the scripts the images run are run here, outside Docker, against real
 processes: the entrypoint starts a real worker on a real password-protected Redis started by the
@@ -83,7 +84,7 @@ def _manifest() -> Any:
 # --------------------------------------------------------------------------------------- images
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.gpu"])
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.gpu", "Dockerfile.redis"])
 def test_dockerfile_lints_clean(dockerfile: str) -> None:
     done = subprocess.run([_tool("hadolint"), "--no-color", str(DOCKER / dockerfile)], capture_output=True,
                           text=True, timeout=60, check=False)
@@ -103,11 +104,14 @@ def test_images_are_non_root_offline_checked_and_healthchecked(dockerfile: str) 
     final = text.rsplit("\nFROM ", 1)[1]
     smoke = final.index("RUN python /usr/local/lib/mediafleet/smoke.py")
     assert final.index("USER 10001:10001") < smoke < final.index("HEALTHCHECK")
-    # The headless OpenCV wheel goes in last, over opencv-python (no libGL in these images).
-    install = re.search(r"^RUN pip install .*?(?=^\S)", text, re.MULTILINE | re.DOTALL)
-    assert install is not None and install.group(0).rstrip().endswith(
-        "print(version(\"opencv-python-headless\"))')\""
-    )
+    # The one install (requirements/install.sh: the lock, the C reader built against the locked
+    # PyMuPDF, the headless OpenCV put back where cv2 does not import), into the image's venv.
+    assert "COPY requirements/ requirements/" in text
+    assert re.search(r'&& bash requirements/install\.sh /opt/mediafleet/bin/python "/src\[[a-z0-9,-]+\]"', text)
+    # No `# syntax=` line: it would pull a frontend image, and no registry answers here.
+    assert not re.search(r"^# *syntax=", text, re.MULTILINE)
+    # pip gets a CA bundle only as a build secret, never in a layer.
+    assert "--mount=type=secret,id=pip_cert" in text and "COPY --from=build /opt/mediafleet /opt/mediafleet" in text
 
 
 def test_cpu_image_is_slim_python_311_with_flower() -> None:
@@ -117,15 +121,31 @@ def test_cpu_image_is_slim_python_311_with_flower() -> None:
     assert "MEDIAFLEET_DEVICE=cpu" in text
 
 
-def test_gpu_image_pairs_cuda_12_with_builds_made_for_it() -> None:
+def test_gpu_image_pairs_cuda_12_wheels_with_builds_made_for_them() -> None:
+    """The GPU image: the CPU image's base, CUDA 12's libraries from the cuda extra's wheels on the
+    loader's path, onnxruntime-gpu alone in the onnxruntime/ folder."""
     text = (DOCKER / "Dockerfile.gpu").read_text()
-    base = re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:(\d+)\.\d+\.\d+-cudnn-runtime-ubuntu\S+$", text, re.MULTILINE)
-    assert base is not None and base.group(1) == "12"
-    ort = re.search(r"^ARG ONNXRUNTIME_GPU_VERSION=(\d+)\.(\d+)\.\d+$", text, re.MULTILINE)
+    assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in text
+    assert not re.search(r"^(ARG|FROM) .*nvidia/cuda", text, re.MULTILINE)
+    assert '"/src[pdf,ocr,audio,video,s3,signing,ocr-gpu,cuda]"' in text
+    lock = (ROOT / "requirements" / "lock.txt").read_text()
+    ort = re.search(r"^onnxruntime-gpu==(\d+)\.(\d+)\.\d+", lock, re.MULTILINE)
     # onnxruntime-gpu 1.27 and later on PyPI link CUDA 13; 1.26 is the last CUDA 12 build.
     assert ort is not None and (int(ort.group(1)), int(ort.group(2))) <= (1, 26)
     swap = text.index("pip uninstall -y onnxruntime")
-    assert swap < text.index('"onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION}"')
+    assert swap < text.index("-c requirements/lock.txt onnxruntime-gpu")
+    # Every CUDA wheel of the cuda extra is on LD_LIBRARY_PATH (CTranslate2 and onnxruntime open
+    # the libraries by name), and each is CUDA 12's.
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    path = re.search(r"LD_LIBRARY_PATH=(\S+)", text)
+    assert path is not None
+    folders = {p.split("/nvidia/")[1].removesuffix("/lib") for p in path.group(1).split(":")}
+    for requirement in pyproject["project"]["optional-dependencies"]["cuda"]:
+        name = re.match(r"nvidia-([a-z-]+?)-cu12", requirement)
+        assert name is not None, requirement
+        assert name.group(1).replace("-", "_") in folders, requirement
+        pinned = re.search(rf"^{re.escape(name.group(0))}==(\d+)", lock, re.MULTILINE)
+        assert pinned is not None, requirement
     assert "MEDIAFLEET_DEVICE=gpu" in text
     assert "smoke.py --gpu" in text
 
@@ -138,6 +158,8 @@ def test_build_context_holds_what_the_images_copy() -> None:
                if line.startswith("!")}
     rules = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
     assert rules[0] == "*"  # everything out, then the allowlist
+    redis = set(re.findall(r"^COPY --chmod=\S+ (\S+) ", (DOCKER / "Dockerfile.redis").read_text(), re.MULTILINE))
+    assert redis == {"docker/redis-start.sh"} and redis <= allowed
     for dockerfile in ("Dockerfile.cpu", "Dockerfile.gpu"):
         text = (DOCKER / dockerfile).read_text()
         copied = set()
@@ -148,6 +170,7 @@ def test_build_context_holds_what_the_images_copy() -> None:
         for source in copied:
             assert (ROOT / source).exists(), source
         assert "setup.py" in copied, f"{dockerfile} builds without setup.py (the PDF text layer's C reader)"
+        assert "requirements" in copied, f"{dockerfile} installs without the lock"
         assert "smoke.py --c-reader" in text or "smoke.py --gpu --c-reader" in text
     assert "docker/secrets" not in allowed
 
@@ -182,8 +205,61 @@ def test_compose_file_validates_with_docker_compose() -> None:
     resolved = subprocess.run([exe, "--file", str(COMPOSE_FILE), "config"], env=env, capture_output=True,
                               text=True, timeout=120, check=True).stdout
     services = yaml.safe_load(resolved)["services"]
-    assert set(services) == {"redis", "worker-cpu", "worker-gpu", "flower", "flower-gateway", "cli"}
+    assert set(services) == {"redis", "worker-cpu", "worker-gpu", "flower", "flower-gateway", "mcp", "cli"}
     assert services["worker-cpu"]["command"][:2] == ["worker", "--concurrency=1"]
+
+
+def test_loopback_override_puts_every_service_on_the_host_network_on_127_0_0_1() -> None:
+    """compose.loopback.yaml: for an engine without bridge networking (docs/containers.md)."""
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose (Debian package docker-compose, v1.29) is not installed; tests/run.sh installs it")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
+           "MEDIAFLEET_REDIS_PORT": "16379", "MEDIAFLEET_BLOBS": "/srv/blobs"}
+    done = subprocess.run([exe, "-f", str(COMPOSE_FILE), "-f", str(DOCKER / "compose.loopback.yaml"), "config"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    # Published ports cannot go with the host's network: what has them is left to a profile.
+    running = {name: s for name, s in services.items() if not s.get("profiles")}
+    assert set(running) == {"redis", "worker-cpu", "flower", "mcp-loopback"}
+    assert services["flower-gateway"]["profiles"] == ["gateway"] and services["mcp"]["profiles"] == ["bridge"]
+    for name in ("redis", "worker-cpu", "worker-gpu", "flower", "mcp-loopback", "cli"):
+        service = services[name]
+        assert service["network_mode"] == "host", name
+        assert "ports" not in service or service.get("profiles"), name
+        if name != "redis":
+            assert service["environment"]["MEDIAFLEET_BROKER_URL"] == "redis://127.0.0.1:16379/0", name
+            assert service["environment"]["MEDIAFLEET_HOST_NETWORK"] == "true", name
+            assert service["cap_drop"] == ["ALL"] and service["security_opt"] == ["no-new-privileges:true"], name
+    assert services["redis"]["command"] == ["--bind", "127.0.0.1", "--port", "16379"]
+    assert services["redis"]["image"] == "mediafleet:redis"
+    assert services["flower"]["environment"]["FLOWER_ADDRESS"] == "127.0.0.1"
+    assert services["mcp-loopback"]["command"][:4] == ["serve-mcp", "--http", "--host", "127.0.0.1"]
+    assert "--allow-remote" not in services["mcp-loopback"]["command"]
+    for name in ("worker-cpu", "worker-gpu", "mcp-loopback", "cli"):
+        assert "/srv/blobs:/var/lib/mediafleet/blobs:rw" in services[name]["volumes"], name
+
+
+def test_worker_names_on_the_host_network_carry_the_container_id(tmp_path: Path) -> None:
+    """Every container on the host's network has the host's name: mf_worker_name adds the
+    container's id, read where Docker mounts its /etc/hostname."""
+    line = ("242 192 254:0 /var/lib/docker/containers/" + "61d798bcc10c" + "b" * 52
+            + "/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw\n")
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1 0 254:0 / / rw - ext4 /dev/vda rw\n" + line)
+    # common.sh as it is, reading the file above instead of /proc/self/mountinfo.
+    text = (DOCKER / "common.sh").read_text()
+    assert text.count("/proc/self/mountinfo") == 1
+    (tmp_path / "common.sh").write_text(text.replace("/proc/self/mountinfo", str(mountinfo)))
+    named = _sh("-c", f". {tmp_path / 'common.sh'} && mf_worker_name", env=_env(MEDIAFLEET_HOST_NETWORK="true"))
+    assert named.stdout.strip() == f"mf-cpu@{os.uname().nodename}-61d798bcc10c", named.stderr
+    plain = _sh("-c", f". {tmp_path / 'common.sh'} && mf_worker_name", env=_env())
+    assert plain.stdout.strip() == f"mf-cpu@{os.uname().nodename}"
+    # Outside a container there is no id to read: refused rather than named like another container.
+    refused = _sh("-c", ". docker/common.sh && mf_container_id() { :; } && mf_worker_name",
+                  env=_env(MEDIAFLEET_HOST_NETWORK="true"))
+    assert refused.returncode == 70 and "MEDIAFLEET_WORKER_NAME" in refused.stderr
 
 
 def test_compose_redis_has_a_password_and_append_only_persistence() -> None:
@@ -213,7 +289,7 @@ def test_compose_workers_scale_share_the_blob_store_and_gpu_is_a_profile() -> No
     ]
     # Every process that reads or writes blobs (workers and the dispatcher) mounts the same volume
     # where its settings put the store.
-    for name in ("worker-cpu", "worker-gpu", "cli"):
+    for name in ("worker-cpu", "worker-gpu", "mcp", "cli"):
         service = services[name]
         root = service["environment"]["MEDIAFLEET_BLOB_ROOT"]
         assert f"blobs:{root}" in service["volumes"], name
@@ -232,7 +308,9 @@ def test_compose_flower_has_basic_auth_and_state_and_its_metrics_stay_unpublishe
     assert f"flower-data:{state_dir}" in flower["volumes"]
     # Flower's own port (UI and the unauthenticated /metrics) is never published...
     published = {name: s["ports"] for name, s in services.items() if "ports" in s}
-    assert list(published) == ["flower-gateway"]
+    assert sorted(published) == ["flower-gateway", "mcp"]
+    # The MCP server has no authentication of its own: loopback by default.
+    assert published["mcp"] == ["${MEDIAFLEET_MCP_BIND:-127.0.0.1}:${MEDIAFLEET_MCP_PORT:-8765}:8765"]
     (mapping,) = published["flower-gateway"]
     assert mapping.startswith("${MEDIAFLEET_FLOWER_BIND:-127.0.0.1}:") and mapping.endswith(":8080")
     # ...only the gateway is, and it does not pass /metrics on.
@@ -254,7 +332,8 @@ def test_compose_services_drop_privileges() -> None:
 
 
 def test_yaml_lints_clean() -> None:
-    done = subprocess.run([_tool("yamllint"), "--strict", "-d", YAMLLINT_CONFIG, str(K8S), str(COMPOSE_FILE)],
+    done = subprocess.run([_tool("yamllint"), "--strict", "-d", YAMLLINT_CONFIG, str(K8S), str(COMPOSE_FILE),
+                           str(DOCKER / "compose.loopback.yaml")],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
