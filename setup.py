@@ -18,6 +18,7 @@ import importlib.util
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 
 def _mupdf_include() -> Path | None:
@@ -40,4 +41,14 @@ def _extensions() -> list[Extension]:
     return built
 
 
-setup(ext_modules=_extensions())
+class _AlwaysBuildExt(build_ext):
+    """Compiles every time. setuptools skips an extension whose output in ``build/`` is newer than
+    its sources, and a ``build/`` left by an earlier install against another PyMuPDF would then hand
+    over a C reader built for that MuPDF (only the sources' times are compared, not the headers')."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        self.force = True
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": _AlwaysBuildExt})
