@@ -305,6 +305,7 @@ def test_mcp_server_and_flower_serve_on_loopback(stack: Stack, pytestconfig: pyt
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(url, timeout=30)
     assert refused.value.code == 401
+    refused.value.close()  # the error holds the response open
     # ?refresh=1: Flower asks the workers now (without it, only those it has heard from so far).
     request = urllib.request.Request(f"{url}?refresh=1", headers={"Authorization": "Basic " + b64encode(f"{user}:{secret}".encode()).decode()})
     with urllib.request.urlopen(request, timeout=30) as reply:
