@@ -119,16 +119,29 @@ def build(index: EvidenceIndex, artifacts: list[list[Unit]]) -> dict[str, Any]:
     return {"units": count, "seconds": round(seconds, 1), "units_per_s": round(count / seconds)}
 
 
-def time_searches(index: EvidenceIndex, sets: dict[str, list[str]]) -> dict[str, Any]:
+def _both(index: EvidenceIndex, text: str) -> list[Any]:
+    """Both channels, fused, as a search with MEDIAFLEET_DISCOVERY_CHANNELS=lexical,semantic does."""
+    from mediafleet.discovery.operations import fuse
+
+    lists = {"lexical": index.search(SCOPE, query_terms(text), NOMINATIONS),
+             "semantic": index.nearest(SCOPE, text, NOMINATIONS)}
+    return [n for n, _ in fuse(lists, NOMINATIONS)]
+
+
+def time_searches(index: EvidenceIndex, sets: dict[str, list[str]], semantic: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     everything: list[float] = []
+    if semantic:  # the scope's vectors are read into memory once per generation: timed apart
+        start = time.perf_counter()
+        index.nearest(SCOPE, "warm", 1)
+        out["vectors_loaded_s"] = round(time.perf_counter() - start, 2)
     for name, texts in sets.items():
         for text in texts[:10]:  # warm the caches as a serving process would be
             index.search(SCOPE, query_terms(text), NOMINATIONS)
         samples, found = [], 0
         for text in texts:
             start = time.perf_counter()
-            nominated = index.search(SCOPE, query_terms(text), NOMINATIONS)
+            nominated = _both(index, text) if semantic else index.search(SCOPE, query_terms(text), NOMINATIONS)
             index.load(SCOPE, [n.unit_id for n in nominated])
             samples.append(time.perf_counter() - start)
             found += len(nominated)
@@ -152,10 +165,13 @@ def against_full_ranking(index: EvidenceIndex, full: EvidenceIndex, sets: dict[s
     return out
 
 
-def time_operations(folder: Path, index: EvidenceIndex, texts: list[str]) -> dict[str, Any]:
-    create_key_file(folder / "receipt.key")
+def time_operations(folder: Path, index: EvidenceIndex, texts: list[str],
+                    channels: tuple[str, ...] = ("lexical",)) -> dict[str, Any]:
+    if not (folder / "receipt.key").exists():
+        create_key_file(folder / "receipt.key")
     host = LeaseHost(folder / "host.db")
-    service = DiscoveryService(host, index, ReceiptKey(folder / "receipt.key"), lambda request: True)
+    service = DiscoveryService(host, index, ReceiptKey(folder / "receipt.key"), lambda request: True,
+                               channels=channels)
     binding = host.bind(SCOPE, "bench-agent")
     samples = []
     for chunk in range(0, len(texts), 50):
@@ -169,17 +185,250 @@ def time_operations(folder: Path, index: EvidenceIndex, texts: list[str]) -> dic
     return percentiles(samples)
 
 
-def main(count: int = 1_000_000, query_count: int = 300) -> None:
+# -- recall on real text: Debian's Asterisk prompts and Debian FAQ, queries in other words ------------
+
+PACKAGES = ("asterisk-core-sounds-en", "debian-faq")
+RECALL_AT = 3
+_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
+        "seventeen eighteen nineteen".split()
+_TENS_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+# Paraphrases, written for this benchmark before it was first run (and not tuned on since): an
+# agent's words for a prompt (by its Asterisk name) or a FAQ passage (by words only it holds).
+PARAPHRASES = [
+    ("prompt", "tt-weasels", "small animals chewed through the telephone wiring"),
+    ("prompt", "priv-recordintro", "tell us who you are when you hear the beep"),
+    ("prompt", "all-circuits-busy-now", "every line is engaged at the moment"),
+    ("prompt", "ss-noservice", "that phone number is disconnected, verify it and dial again"),
+    ("prompt", "invalid", "apologies, there is no such extension, have another go"),
+    ("prompt", "conf-now-recording", "this meeting is being taped"),
+    ("prompt", "queue-periodic-announce", "hold on, an agent will pick up your call shortly"),
+    ("prompt", "something-terribly-wrong", "a serious fault has happened"),
+    ("prompt", "demo-thanks", "thanks for testing this open source telephone exchange, bye"),
+    ("prompt", "at-tone-time-exactly", "when you hear the signal it will be precisely this time"),
+    ("prompt", "conf-onlyperson", "nobody else has joined this meeting yet"),
+    ("prompt", "vm-goodbye", "farewell"),
+    ("prompt", "agent-loginok", "you have signed in successfully"),
+    ("prompt", "agent-loggedoff", "you have signed out"),
+    ("prompt", "pbx-invalidpark", "no call is waiting on hold at that extension"),
+    ("prompt", "conf-locked", "this meeting room has been closed to newcomers"),
+    ("prompt", "conf-kicked", "the moderator removed you from the meeting"),
+    ("prompt", "dir-nomatch", "nobody in the phone book matches"),
+    ("prompt", "auth-incorrect", "wrong password"),
+    ("prompt", "privacy-unident", "the caller withheld their number"),
+    ("faq", "apt-get install", "how do I add a new program to my system from the archive"),
+    ("faq", "stable", "which release should I run on a production server"),
+    ("faq", "Debian Free Software Guidelines", "what rules decide whether software counts as free"),
+    ("faq", "bug tracking system", "where do I report a problem I found in a package"),
+    ("faq", "dpkg", "what tool unpacks and installs a single package file"),
+    ("faq", "mailing lists", "where can I ask other users questions by email"),
+    ("faq", "Social Contract", "what promises does the project make to its users"),
+    ("faq", "upgrade", "how do I move my machine to the next release"),
+    ("faq", "non-free", "where is software that is not free kept"),
+    ("faq", "security updates", "how do I get fixes for vulnerabilities"),
+]
+
+
+def _say(n: int) -> str:
+    """A number below 1,000 in words."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS_WORDS[n // 10 - 2] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    rest = n % 100
+    return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " and " + _say(rest))
+
+
+def _real_texts(folder: Path) -> tuple[dict[str, str], list[str]]:
+    """The Asterisk prompts (name -> text) and the Debian FAQ's paragraphs, from the Debian packages."""
+    import gzip
+    import subprocess
+
+    debs = folder / "debs"
+    debs.mkdir()
+    subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, check=True, capture_output=True, timeout=300)
+    for deb in debs.glob("*.deb"):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(debs / "root")], check=True)
+    root = debs / "root" / "usr" / "share" / "doc"
+    prompts: dict[str, str] = {}
+    with gzip.open(root / "asterisk-core-sounds-en" / "core-sounds-en.txt.gz", "rt", encoding="utf-8") as fh:
+        for line in fh:
+            name, sep, text = line.partition(":")
+            text = text.strip()
+            if sep and not line.startswith(";") and text and text[0] not in "[<" and len(text.split()) >= 2:
+                prompts.setdefault(name.strip(), text)
+    with gzip.open(root / "debian" / "FAQ" / "debian-faq.en.txt.gz", "rt", encoding="utf-8") as fh:
+        paragraphs = [" ".join(p.split()) for p in fh.read().split("\n\n")]
+    faq = [p for p in paragraphs if len(p.split()) >= 8 and not set(p) <= set("-=*. ")]
+    return prompts, faq
+
+
+def _other_words(words: list[str], rng: random.Random) -> list[str] | None:
+    """Numbers, abbreviations, spellings and contractions said the other way; None when nothing changes."""
+    swap = {"mr": "mister", "mister": "mr", "dr": "doctor", "doctor": "dr", "st": "street", "street": "st",
+            "color": "colour", "colour": "color", "organize": "organise", "center": "centre", "centre": "center",
+            "license": "licence", "licence": "license", "don't": "do not", "can't": "cannot", "isn't": "is not",
+            "it's": "it is", "you're": "you are", "won't": "will not", "e-mail": "email", "email": "e-mail",
+            "voicemail": "voice mail", "touchtone": "touch tone", "touch-tone": "touchtone", "first": "1st",
+            "second": "2nd", "third": "3rd", "1st": "first", "2nd": "second", "3rd": "third"}
+    number_words = {w: i for i, w in enumerate(_ONES)} | {w: 10 * i for i, w in enumerate(_TENS_WORDS, start=2)}
+    out, changed = [], False
+    for word in words:
+        bare = word.strip(".,;:!?()\"").lower()
+        if bare.isdigit() and int(bare) < 1000:
+            out.append(_say(int(bare)))
+            changed = True
+        elif bare in number_words:
+            out.append(str(number_words[bare]))
+            changed = True
+        elif bare in swap:
+            out.append(swap[bare])
+            changed = True
+        else:
+            out.append(bare)
+    return out if changed else None
+
+
+def recall_queries(prompts: dict[str, str], faq: list[str], texts: list[str],
+                   seed: int = 42) -> dict[str, list[tuple[str, str]]]:
+    """``{kind: [(query, the text it was made from)]}``, made here from the real texts by a seeded draw."""
+    rng = random.Random(seed)
+    vocabulary = sorted({w.strip(".,;:!?()\"").lower() for t in texts for w in t.split()} - {""})
+    other, off = [], []
+    for text in rng.sample(texts, len(texts)):
+        words = text.split()
+        if len(other) < 150 and (changed := _other_words(words, rng)) is not None:
+            # the window of at most 8 words around the first word said another way
+            at = next(i for i, (a, b) in enumerate(zip(words, changed, strict=False))
+                      if a.strip(".,;:!?()\"").lower() != b)
+            start = max(0, min(at - 3, len(words) - 8))
+            other.append((" ".join(changed[start:start + 8]), text))
+        if len(off) < 150 and len(words) >= 4:
+            start = rng.randrange(0, max(1, len(words) - 6))
+            window = [w.strip(".,;:!?()\"").lower() for w in words[start:start + rng.randint(4, 6)]]
+            window[rng.randrange(len(window))] = rng.choice(vocabulary)  # one word off
+            off.append((" ".join(window), text))
+    paraphrased = []
+    for kind, key, query in PARAPHRASES:
+        if kind == "prompt" and key in prompts:
+            paraphrased.append((query, prompts[key]))
+        elif kind == "faq":
+            holding = [p for p in faq if key in p]
+            if holding:
+                paraphrased.append((query, holding[0]))
+    return {"numbers, abbreviations, spellings": other, "one word off": off, "paraphrases": paraphrased}
+
+
+class _Before:
+    """Lexical search as it was before normalisation and partial matches: folded text, every word, BM25."""
+
+    def __init__(self, texts: list[str]) -> None:
+        import sqlite3
+
+        from mediafleet.discovery.text import fold
+
+        self._fold = fold
+        self._db = sqlite3.connect(":memory:")
+        self._db.execute("CREATE VIRTUAL TABLE t USING fts5(folded, tokenize = 'unicode61 remove_diacritics 0')")
+        self._db.executemany("INSERT INTO t (rowid, folded) VALUES (?, ?)", [(i, fold(t)) for i, t in enumerate(texts)])
+
+    def search(self, query: str, limit: int) -> list[int]:
+        import re
+
+        terms = list(dict.fromkeys(re.findall(r"\w+", self._fold(query))))
+        if not terms:
+            return []
+        expression = " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        return [r for (r,) in self._db.execute("SELECT rowid FROM t WHERE t MATCH ? ORDER BY rank, rowid LIMIT ?",
+                                               (expression, limit))]
+
+
+def measure_recall(folder: Path) -> dict[str, Any]:
+    """recall@3 and MRR (over 20 nominations) of each configuration, per kind of query."""
+    from mediafleet.discovery.operations import fuse
+
+    prompts, faq = _real_texts(folder)
+    texts = list(dict.fromkeys([*prompts.values(), *faq]))  # one unit per distinct text
+    units = [Unit(unit_id=f"eg:locus:{i:032x}", text=t, digest="sha256:" + "0" * 64, action="transcribe_segments",
+                  derivation_ref="eg:derivation:" + "0" * 32, source_range={"artifact": {}}) for i, t in enumerate(texts)]
+    number = {u.unit_id: i for i, u in enumerate(units)}
+    index = open_index(f"sqlite:{folder / 'recall.db'}")
+    start = time.perf_counter()
+    index.add_units(SCOPE, units)
+    indexing_s = time.perf_counter() - start
+    before = _Before(texts)
+    sets = recall_queries(prompts, faq, texts)
+
+    def lexical(query: str) -> list[int]:
+        return [number[n.unit_id] for n in index.search(SCOPE, query_terms(query), NOMINATIONS)]
+
+    def both(query: str) -> list[int]:
+        lists = {"lexical": index.search(SCOPE, query_terms(query), NOMINATIONS),
+                 "semantic": index.nearest(SCOPE, query, NOMINATIONS)}
+        return [number[n.unit_id] for n, _ in fuse(lists, NOMINATIONS)]
+
+    def semantic(query: str) -> list[int]:
+        return [number[n.unit_id] for n in index.nearest(SCOPE, query, NOMINATIONS)]
+
+    configurations = {"lexical, before (folded, every word)": lambda q: before.search(q, NOMINATIONS),
+                      "normalised lexical (partial matches)": lexical, "lexical + semantic (fused)": both,
+                      "semantic alone": semantic}
+    where = {t: i for i, t in enumerate(texts)}
+    out: dict[str, Any] = {"units": len(units), "prompts": len(prompts), "faq_paragraphs": len(faq),
+                           "packages": list(PACKAGES), "recall_at": RECALL_AT,
+                           "indexing_units_per_s": round(len(units) / indexing_s), "results": {}}
+    for name, nominate in configurations.items():
+        per_kind: dict[str, Any] = {}
+        for kind, pairs in [*sets.items(), ("all", [p for ps in sets.values() for p in ps])]:
+            hits, reciprocal = 0, 0.0
+            for query, text in pairs:
+                ranked = nominate(query)
+                target = where[text]
+                if target in ranked[:RECALL_AT]:
+                    hits += 1
+                if target in ranked:
+                    reciprocal += 1 / (ranked.index(target) + 1)
+            per_kind[kind] = {"queries": len(pairs), f"recall_at_{RECALL_AT}": round(hits / len(pairs), 3),
+                              "mrr": round(reciprocal / len(pairs), 3)}
+        out["results"][name] = per_kind
+    out["examples"] = {kind: [q for q, _ in pairs[:3]] for kind, pairs in sets.items()}
+    index.close()
+    return out
+
+
+def main(count: int = 1_000_000, query_count: int = 300, postgres: bool = True) -> None:
     from tests.discovery_fixtures import PostgresServer
 
     folder = Path(tempfile.mkdtemp(prefix="mf-bench-discovery-"))
     try:
-        run(folder, count, query_count, PostgresServer)
+        run(folder, count, query_count, PostgresServer, postgres)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run(folder: Path, count: int, query_count: int, postgres_server: Any) -> None:
+def _postgres(postgres_server: Any, artifacts: list[list[Unit]], sets: dict[str, list[str]]) -> dict[str, Any]:
+    server = postgres_server()
+    server.start()
+    try:
+        postgres = open_index(server.url)
+        built = build(postgres, artifacts)
+        print(f"PostgreSQL: {built['units_per_s']:,} units/s", file=sys.stderr)
+        postgres._db.execute("VACUUM ANALYZE mf_discovery_units")  # type: ignore[attr-defined]
+        out = {"indexing": built, "search": time_searches(postgres, sets),
+               "search_lexical_semantic": time_searches(postgres, sets, semantic=True)}
+        full = open_index(server.url, FULL_RANKING)
+        out["against_full_ranking"] = against_full_ranking(postgres, full, sets)
+        full.close()
+        postgres.close()
+        return out
+    finally:
+        server.stop()
+
+
+def run(folder: Path, count: int, query_count: int, postgres_server: Any, postgres: bool = True) -> None:
+    recall = measure_recall(folder)
+    print(table([("configuration", "kind of query", "queries", f"recall@{RECALL_AT}", "MRR")] + [
+        (name, kind, str(r["queries"]), f"{r[f'recall_at_{RECALL_AT}']:.1%}", f"{r['mrr']:.3f}")
+        for name, kinds in recall["results"].items() for kind, r in kinds.items()]), file=sys.stderr)
     start = time.perf_counter()
     artifacts = generate(count)
     generated_s = time.perf_counter() - start
@@ -188,34 +437,26 @@ def run(folder: Path, count: int, query_count: int, postgres_server: Any) -> Non
                                "words_per_unit": WORDS_PER_UNIT, "nominations": NOMINATIONS,
                                "generation_s": round(generated_s, 1),
                                "ranking_rule": {"common_units": DEFAULT_RULE.common_units,
-                                                "candidates": DEFAULT_RULE.candidates}, "indexes": {}}
+                                                "candidates": DEFAULT_RULE.candidates},
+                               "recall": recall, "indexes": {}}
     print(f"{count:,} units generated in {generated_s:.1f} s", file=sys.stderr)
 
     sqlite = open_index(f"sqlite:{folder / 'index.db'}")
     built = build(sqlite, artifacts)
     print(f"SQLite: {built['units_per_s']:,} units/s", file=sys.stderr)
     results["indexes"]["sqlite_fts5"] = {"indexing": built, "search": time_searches(sqlite, sets),
+                                         "search_lexical_semantic": time_searches(sqlite, sets, semantic=True),
                                          "file_mb": round((folder / "index.db").stat().st_size / 2**20)}
     results["indexes"]["sqlite_fts5"]["operation"] = time_operations(folder, sqlite, sets["content words"])
+    results["indexes"]["sqlite_fts5"]["operation_lexical_semantic"] = time_operations(
+        folder, sqlite, sets["content words"], ("lexical", "semantic"))
     full = open_index(f"sqlite:{folder / 'index.db'}", FULL_RANKING)
     results["indexes"]["sqlite_fts5"]["against_full_ranking"] = against_full_ranking(sqlite, full, sets)
     full.close()
     sqlite.close()
 
-    server = postgres_server()
-    server.start()
-    try:
-        postgres = open_index(server.url)
-        built = build(postgres, artifacts)
-        print(f"PostgreSQL: {built['units_per_s']:,} units/s", file=sys.stderr)
-        postgres._db.execute("VACUUM ANALYZE mf_discovery_units")  # type: ignore[attr-defined]
-        results["indexes"]["postgresql_fts"] = {"indexing": built, "search": time_searches(postgres, sets)}
-        full = open_index(server.url, FULL_RANKING)
-        results["indexes"]["postgresql_fts"]["against_full_ranking"] = against_full_ranking(postgres, full, sets)
-        full.close()
-        postgres.close()
-    finally:
-        server.stop()
+    if postgres:
+        results["indexes"]["postgresql_fts"] = _postgres(postgres_server, artifacts, sets)
 
     path = write_results("discovery", results)
     rows = [("index", "units/s", "kind of query", "p50 ms", "p99 ms", "same as full ranking", "overlap")]
@@ -229,9 +470,17 @@ def run(folder: Path, count: int, query_count: int, postgres_server: Any) -> Non
         if "operation" in data:
             o = data["operation"]
             rows.append((name, "", "whole discovery-search", f"{o['p50_ms']}", f"{o['p99_ms']}", "", ""))
+            o = data["operation_lexical_semantic"]
+            rows.append((name, "", "whole discovery-search, lexical+semantic", f"{o['p50_ms']}", f"{o['p99_ms']}",
+                         "", ""))
+        both = data["search_lexical_semantic"]
+        for kind in (*sets, "all"):
+            rows.append((name, "", f"lexical+semantic: {kind}", f"{both[kind]['p50_ms']}", f"{both[kind]['p99_ms']}",
+                         "", ""))
     print(table(rows))
     print(f"written to {path.relative_to(Path(__file__).resolve().parents[1])}")
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]
+    main(*numbers[:2], postgres="--no-postgres" not in sys.argv[1:])

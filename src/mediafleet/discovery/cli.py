@@ -4,11 +4,17 @@
 * ``mediafleet discovery key new [--receipt-key FILE]``
 * ``mediafleet discovery lease open --workspace W [--subject S] [--agent A] --ttl-s N
   --max-operations N --max-evidence N [--max-characters N] [--credential-file FILE]
-  [--endpoint URL]``: prints the lease as JSON with ``lease_id`` and ``credential_file``
+  [--endpoint URL]``: prints the lease as JSON with ``lease_id`` and ``credential_file``; a missing
+  receipt key is created first (mode 600; ``receipt_key`` and ``receipt_key_created`` say so), an
+  unusable one refuses the lease in one line naming ``mediafleet discovery key new``
 * ``mediafleet discovery lease revoke LEASE_ID`` / ``lease show LEASE_ID``
 * ``mediafleet discovery binding disable BINDING_ID``
 * ``mediafleet discovery receipt show REQUEST_ID``: decrypts one receipt
-* ``mediafleet serve-discovery --credential-file FILE`` (stdio) or ``--http [--port N]``
+* ``mediafleet serve-discovery --credential-file FILE`` (stdio) or ``--http [--port N]``, with
+  ``--channels lexical[,semantic]`` (default ``MEDIAFLEET_DISCOVERY_CHANNELS``, else ``lexical``):
+  a server whose receipt key, state or credential file is missing or unusable still starts, says
+  why on stderr and answers every tool call ``host_unavailable`` (an exit at start reaches an agent
+  as a closed connection that says nothing)
 
 Host state (``--state``, default ``$XDG_STATE_HOME/mediafleet/discovery/host.db``), the receipt key
 (``--receipt-key``, default beside it) and the index (``--index``, default the

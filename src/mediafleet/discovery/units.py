@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
@@ -50,7 +51,7 @@ class Unit:
     derivation_ref: str
     source_range: dict[str, Any] = field(hash=False)
 
-    @property
+    @cached_property
     def folded(self) -> str:
         """The text as the index matches it: folded and normalised (:func:`~mediafleet.discovery.text.matched_form`)."""
         return matched_form(self.text)
