@@ -28,6 +28,30 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 
+# What makes a test need a service (a server process or a browser of its own): the fixtures that
+# start one, the PostgreSQL side of the discovery index, and the modules that start theirs directly.
+# Such tests are marked ``services`` at collection, so ``-m "not services"`` runs with nothing started.
+SERVICE_FIXTURES = frozenset({"redis_server", "own_redis", "jobs", "fleet_env", "start_worker", "moto_server",
+                              "engine_socket", "postgres_server"})
+SERVICE_MARKERS = ("integration", "installed", "containers")
+SERVICE_MODULES = frozenset({"tests.test_report"})  # Chromium renders the report
+
+
+def needs_services(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    module = getattr(getattr(item, "module", None), "__name__", "")
+    return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or params.get("index") == "postgresql"
+                or any(item.get_closest_marker(name) for name in SERVICE_MARKERS)
+                or module in SERVICE_MODULES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if needs_services(item):
+            item.add_marker(pytest.mark.services)
+
+
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     """``../shared/corpus``; tests that need it skip cleanly where it is absent."""
