@@ -20,7 +20,7 @@ from mediafleet.discovery.index import AddReport, Nomination, StoredUnit
 from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule, plan_search
 from mediafleet.discovery.units import Scope, Unit, units_from_bundle
 
-__all__ = ["IndexBase", "held_terms", "partial_need"]
+__all__ = ["IndexBase", "held_terms", "partial_groups", "partial_need"]
 
 
 class IndexBase(ABC):
@@ -67,9 +67,11 @@ class IndexBase(ABC):
         """The ``candidates`` units last indexed that hold every term, ranked with the terms weighing alike."""
 
     @abstractmethod
-    def _rank_any(self, scope: Scope, ranked_by: tuple[str, ...], candidates: int) -> list[tuple[Nomination, str]]:
-        """At most ``candidates`` units holding any of ``ranked_by``, best first by BM25 / ``ts_rank`` over the
-        words each holds (ties by index order), each with its matched text (folded and normalised)."""
+    def _rank_partial(self, scope: Scope, groups: tuple[tuple[str, ...], ...], ranked_by: tuple[str, ...],
+                      candidates: int) -> list[tuple[Nomination, str]]:
+        """At most ``candidates`` units holding every word of one of ``groups`` at least, best first by BM25 /
+        ``ts_rank`` over the ``ranked_by`` words each holds (ties by index order), each with its matched text
+        (folded and normalised). Which ``candidates`` are read when more qualify is the backend's to say."""
 
     @abstractmethod
     def _vector_rows(self, scope: Scope) -> Iterable[tuple[str, str, bytes]]:
@@ -115,7 +117,9 @@ class IndexBase(ABC):
             # every unit that holds them all, by how many words they hold, then by BM25 / ts_rank.
             seen = {n.unit_id for n in full}
             partial = []
-            for order, (nomination, text) in enumerate(self._rank_any(scope, plan.ranked_by, self.rule.candidates)):
+            groups = partial_groups(terms, plan.ranked_by, need)
+            for order, (nomination, text) in enumerate(self._rank_partial(scope, groups, plan.ranked_by,
+                                                                          self.rule.candidates)):
                 held = len(held_terms(terms, text))
                 if nomination.unit_id not in seen and held >= need:
                     partial.append((-held, order, nomination))
@@ -206,6 +210,26 @@ class _Vectors:
         bits = np.packbits(vectors > 0, axis=-1, bitorder="little").view(np.uint64).reshape(-1, DIMENSIONS // 64)
         columns = [np.ascontiguousarray(bits[:, k]) for k in range(DIMENSIONS // 64)]
         return cls(generation, [r[0] for r in rows], [r[1] for r in rows], columns, vectors)
+
+
+PARTIAL_GROUPS = 64  # at most this many word groups are asked for; a longer query asks for any of its rarer words
+
+
+def partial_groups(terms: list[str], ranked_by: tuple[str, ...], need: int) -> tuple[tuple[str, ...], ...]:
+    """The groups of words a partial match holds one of whole: every ``need`` of the ``terms`` with at least
+    one of ``ranked_by`` (the words not very common) among them, so the index itself finds only the units
+    that qualify (a posting-list intersection) instead of ranking every unit that holds any rarer word.
+
+    A query whose groups would be more than ``PARTIAL_GROUPS`` (long queries: 9 words or more with a rarer
+    one) gets each word of ``ranked_by`` alone as a group, and the units are filtered after.
+    """
+    from itertools import combinations
+    from math import comb
+
+    rare = set(ranked_by)
+    if comb(len(terms), need) > PARTIAL_GROUPS:
+        return tuple((t,) for t in ranked_by)
+    return tuple(g for g in combinations(terms, need) if rare.intersection(g))
 
 
 def partial_need(count: int) -> int:

@@ -202,12 +202,16 @@ class PostgresIndex(IndexBase):
         ).fetchall()
         return [Nomination(uid, derivation, float(score)) for uid, derivation, score in rows]
 
-    def _rank_any(self, scope: Scope, ranked_by: tuple[str, ...], candidates: int) -> list[tuple[Nomination, str]]:
-        query = " | ".join(tsquery_text([t]) for t in ranked_by)
+    def _rank_partial(self, scope: Scope, groups: tuple[tuple[str, ...], ...], ranked_by: tuple[str, ...],
+                      candidates: int) -> list[tuple[Nomination, str]]:
+        # The GIN index finds the units holding a whole group (an intersection, not every unit holding any
+        # rarer word); only those are ranked, by ts_rank over the rarer words.
+        match = " | ".join("(" + tsquery_text(list(g)) + ")" for g in groups)
+        rank = " | ".join(tsquery_text([t]) for t in ranked_by)
         rows = self._db.execute(
             f"SELECT unit_id, derivation_ref, ts_rank(tsv, {_QUERY}) AS score, folded FROM mf_discovery_units "
             f"WHERE {_SCOPE} AND tsv @@ {_QUERY} ORDER BY score DESC, id LIMIT %s",
-            (query, scope.workspace, scope.subject, query, candidates), prepare=False,
+            (rank, scope.workspace, scope.subject, match, candidates), prepare=False,
         ).fetchall()
         return [(Nomination(uid, derivation, float(score)), text) for uid, derivation, score, text in rows]
 

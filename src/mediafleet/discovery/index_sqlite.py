@@ -17,6 +17,7 @@ scored here with BM25's term frequency and length normalisation against FTS5's a
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -235,7 +236,7 @@ class SqliteIndex(IndexBase):
         ).fetchall()
         if not rows:
             return []
-        average = self._average_length(fts)
+        _, average = self._averages(fts)
         # FTS5 matched every term, so each occurs at least once: a one-token term that occurs once as
         # a substring occurs once as a token; only the others are counted token by token (and a
         # count of 0 is a character FTS5 and Python classify differently: 1, as FTS5 matched).
@@ -251,18 +252,49 @@ class SqliteIndex(IndexBase):
         scored.sort()
         return self._nominations(scope, [(rowid, -score) for score, rowid in scored[:limit]])
 
-    def _rank_any(self, scope: Scope, ranked_by: tuple[str, ...], candidates: int) -> list[tuple[Nomination, str]]:
+    def _rank_partial(self, scope: Scope, groups: tuple[tuple[str, ...], ...], ranked_by: tuple[str, ...],
+                      candidates: int) -> list[tuple[Nomination, str]]:
         fts = fts_table(scope)
-        rows = self._db.execute(f"SELECT rowid, rank, folded FROM {fts} WHERE {fts} MATCH ? ORDER BY rank, rowid LIMIT ?",
-                                (" OR ".join(_quoted(t) for t in ranked_by), candidates)).fetchall()
-        found = self._active(scope, [rowid for rowid, _, _ in rows])
-        return [(Nomination(*found[rowid], -float(rank)), text) for rowid, rank, text in rows if rowid in found]
+        if all(len(g) == 1 for g in groups):
+            # A long query: FTS5 ranks every unit holding any of the rarer words (the filter comes after).
+            rows = self._db.execute(f"SELECT rowid, rank, folded FROM {fts} WHERE {fts} MATCH ? ORDER BY rank, rowid "
+                                    "LIMIT ?", (" OR ".join(_quoted(g[0]) for g in groups), candidates)).fetchall()
+            found = self._active(scope, [rowid for rowid, _, _ in rows])
+            return [(Nomination(*found[rowid], -float(rank)), text) for rowid, rank, text in rows if rowid in found]
+        # FTS5 intersects the groups' posting lists (no ranking: the units it returns are the few that qualify,
+        # the last indexed first when more than ``candidates`` do); they are scored here with FTS5's own BM25
+        # over the rarer words, whose posting lists are short by the rule (at most ``common_units`` entries).
+        expression = " OR ".join("(" + match_expression(list(g)) + ")" for g in groups)
+        rows = self._db.execute(
+            f"SELECT f.rowid, f.folded, d.sz FROM {fts} AS f JOIN {fts}_docsize AS d ON d.id = f.rowid "
+            f"WHERE {fts} MATCH ? ORDER BY f.rowid DESC LIMIT ?", (expression, candidates)).fetchall()
+        if not rows:
+            return []
+        units, average = self._averages(fts)
+        weights = []
+        for term in ranked_by:
+            (hits,) = self._db.execute(f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ?",
+                                       (match_expression([term]),)).fetchone()
+            idf = math.log((units - hits + 0.5) / (hits + 0.5))
+            weights.append((_TOKEN.findall(term), idf if idf > 0 else 1e-6))  # as FTS5's bm25() floors it
+        scored = []
+        for rowid, folded, size in rows:
+            norm = _K1 * (1 - _B + _B * _first_varint(size) / average)
+            score = 0.0
+            for tokens, idf in weights:
+                tf = _occurrences(tokens, folded)
+                if tf:
+                    score += idf * tf * (_K1 + 1) / (tf + norm)
+            scored.append((-score, rowid, folded))
+        scored.sort(key=lambda s: (s[0], s[1]))
+        found = self._active(scope, [rowid for _, rowid, _ in scored])
+        return [(Nomination(*found[rowid], -score), text) for score, rowid, text in scored if rowid in found]
 
-    def _average_length(self, fts: str) -> float:
-        """FTS5's average unit length in tokens (its averages record: the row count, then the token count)."""
+    def _averages(self, fts: str) -> tuple[int, float]:
+        """FTS5's row count and average unit length in tokens (its averages record: rows, then tokens)."""
         row = self._db.execute(f"SELECT block FROM {fts}_data WHERE id = 1").fetchone()
         units, tokens = list(_varints(row[0]))[:2]
-        return tokens / units if units and tokens else 1.0
+        return units, (tokens / units if units and tokens else 1.0)
 
     def _nominations(self, scope: Scope, ranked: list[tuple[int, float]]) -> list[Nomination]:
         """The ranked row ids as nominations, each checked again to be an active unit of the scope."""
