@@ -314,10 +314,12 @@ def test_a_worker_over_its_memory_cap_is_recycled_after_its_task(fleet_env, star
     worker = start_worker("--concurrency=1", "--max-memory-per-child=1")  # KiB: always over after a task
     dispatcher = fleet(fleet_env, tmp_path)
     first = dispatcher.submit(text_pdf(1))
-    assert first.bundle(timeout=120).status == "ok"
+    done = first.bundle(timeout=120)
+    assert done.status == "ok", done.error
     pid_first = dispatcher.jobs().get(first.id).pid
     second = dispatcher.submit(text_pdf(2))
-    assert second.bundle(timeout=120).status == "ok"
+    done = second.bundle(timeout=120)
+    assert done.status == "ok", done.error
     assert dispatcher.jobs().get(second.id).pid != pid_first
     assert worker.proc.poll() is None
 
