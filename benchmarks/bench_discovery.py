@@ -369,9 +369,18 @@ def measure_recall(folder: Path) -> dict[str, Any]:
     def semantic(query: str) -> list[int]:
         return [number[n.unit_id] for n in index.nearest(SCOPE, query, NOMINATIONS)]
 
+    def reciprocal_rank(query: str) -> list[int]:  # the first fusion rule (k = 60), kept here to compare
+        scores: dict[int, float] = {}
+        for ranked in (lexical(query), semantic(query)):
+            for rank, unit in enumerate(ranked, start=1):
+                scores[unit] = scores.get(unit, 0.0) + 1 / (60 + rank)
+        first = list(dict.fromkeys([*lexical(query), *semantic(query)]))
+        return sorted(scores, key=lambda u: (-scores[u], first.index(u)))[:NOMINATIONS]
+
     configurations = {"lexical, before (folded, every word)": lambda q: before.search(q, NOMINATIONS),
-                      "normalised lexical (partial matches)": lexical, "lexical + semantic (fused)": both,
-                      "semantic alone": semantic}
+                      "normalised lexical (partial matches)": lexical,
+                      "lexical + semantic, reciprocal rank (before)": reciprocal_rank,
+                      "lexical + semantic (lexical first)": both, "semantic alone": semantic}
     where = {t: i for i, t in enumerate(texts)}
     out: dict[str, Any] = {"units": len(units), "prompts": len(prompts), "faq_paragraphs": len(faq),
                            "packages": list(PACKAGES), "recall_at": RECALL_AT,

@@ -4,7 +4,7 @@ Known answers on real prompt texts (Asterisk's English core prompts, as their De
 them, and a LibriVox reading of Sense and Sensibility as Whisper writes it), on SQLite and
 PostgreSQL alike: the normaliser makes "mister john dashwood" a match of "Mr. John Dashwood", a unit
 holding most of a query's words is ranked after those holding them all, and with the semantic
-channel on, nominations of both channels are fused by reciprocal rank and each item says which
+channel on, lexical nominations come first and the semantic ones after, and each item says which
 channel nominated it and which query words it holds.
 """
 
@@ -108,14 +108,16 @@ def test_both_indexes_give_the_same_answers(request: pytest.FixtureRequest, tmp_
             index.close()
 
 
-def test_reciprocal_rank_fusion() -> None:
+def test_lexical_nominations_stay_first_and_the_semantic_ones_follow() -> None:
     def n(name: str) -> Nomination:
         return Nomination(name, "eg:derivation:x", 0.0)
 
-    fused = fuse({"lexical": [n("a"), n("b")], "semantic": [n("c"), n("b"), n("d")]}, 3)
-    # b: 1/62 + 1/62 beats a: 1/61 and c: 1/61; a before c (lexical first on a tie).
-    assert [(x.unit_id, by) for x, by in fused] == [("b", ("lexical", "semantic")), ("a", ("lexical",)),
-                                                   ("c", ("semantic",))]
+    fused = fuse({"lexical": [n("a"), n("b")], "semantic": [n("c"), n("b"), n("d")]}, 4)
+    # a and b hold the query's words (lexical order kept, b says both channels); then c and d by meaning.
+    assert [(x.unit_id, by) for x, by in fused] == [("a", ("lexical",)), ("b", ("lexical", "semantic")),
+                                                   ("c", ("semantic",)), ("d", ("semantic",))]
+    assert [x.unit_id for x, _ in fuse({"lexical": [n("a"), n("b")], "semantic": [n("c")]}, 2)] == ["a", "b"]
+    assert [x.unit_id for x, _ in fuse({"lexical": [], "semantic": [n("c"), n("d")]}, 20)] == ["c", "d"]
     assert parse_channels("semantic, lexical") == ("lexical", "semantic")
     for bad in ("", "semantic", "lexical,vector"):
         with pytest.raises(ValueError):
