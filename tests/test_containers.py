@@ -152,7 +152,8 @@ class Stack:
                               capture_output=True, text=True, timeout=timeout, check=False)
 
     def containers(self, service: str) -> list[str]:
-        done = subprocess.run([DOCKER, "ps", "-q", "--no-trunc", "--filter", f"label=com.docker.compose.project={self.project}",
+        done = subprocess.run([DOCKER, "ps", "-q", "--no-trunc",
+                               "--filter", f"label=com.docker.compose.project={self.project}",
                                "--filter", f"label=com.docker.compose.service={service}"],
                               env=self.env, capture_output=True, text=True, timeout=30, check=True)
         return done.stdout.split()
@@ -197,6 +198,8 @@ class Stack:
 def stack(docker_env: dict[str, str], images: dict[str, str], tmp_path_factory: pytest.TempPathFactory,
           pytestconfig: pytest.Config) -> Iterator[Stack]:
     """Redis, two CPU workers, Flower and the MCP server, up; torn down (volumes too) after."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        _unusable("the host's CLI shares the blob store as the images' uid 10001 (setpriv): needs root")
     folder = tmp_path_factory.mktemp("stack")
     folder.chmod(0o755)
     for name in ("secrets", "blobs", "home"):
@@ -307,7 +310,8 @@ def test_mcp_server_and_flower_serve_on_loopback(stack: Stack, pytestconfig: pyt
     assert refused.value.code == 401
     refused.value.close()  # the error holds the response open
     # ?refresh=1: Flower asks the workers now (without it, only those it has heard from so far).
-    request = urllib.request.Request(f"{url}?refresh=1", headers={"Authorization": "Basic " + b64encode(f"{user}:{secret}".encode()).decode()})
+    auth = "Basic " + b64encode(f"{user}:{secret}".encode()).decode()
+    request = urllib.request.Request(f"{url}?refresh=1", headers={"Authorization": auth})
     with urllib.request.urlopen(request, timeout=30) as reply:
         seen = json.load(reply)
     assert sorted(seen) == sorted(stack.status()["workers"]["cpu"])
@@ -323,7 +327,8 @@ def test_compose_cli_service_reports_the_fleet(stack: Stack) -> None:
 def _long_recording(folder: Path) -> Path:
     """About 6.5 minutes of the test speech, looped, with a title of its own (fresh bytes each run)."""
     out = folder / "long.flac"
-    subprocess.run(["ffmpeg", "-v", "error", "-y", "-stream_loop", "39", "-i", str(ROOT / "tests" / "data" / "speech.flac"),
+    speech = ROOT / "tests" / "data" / "speech.flac"
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-stream_loop", "39", "-i", str(speech),
                     "-metadata", f"title={uuid.uuid4()}", "-c:a", "flac", str(out)], check=True, timeout=120)
     os.chown(out, UID, UID)
     return out
