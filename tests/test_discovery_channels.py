@@ -176,3 +176,17 @@ def test_a_large_scope_compares_the_first_bits_first_with_the_same_nearest(said:
     monkeypatch.setattr(index_base, "FIRST_BITS_KEEP", 6)
     said.add_units(HARBOUR, [unit("A new prompt arrives.", 99, digest="sha256:" + "cd" * 32)])  # a new generation
     assert semantic(said, "weasels ate the phone system", 2) == exact == [1, 12]
+
+
+def test_the_channel_setting_is_read_once_with_the_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from mediafleet.settings import Settings
+
+    monkeypatch.setenv("MEDIAFLEET_DISCOVERY_CHANNELS", "semantic, lexical")
+    assert Settings(blob_root=tmp_path).discovery_channels == "lexical,semantic"
+    monkeypatch.delenv("MEDIAFLEET_DISCOVERY_CHANNELS")
+    assert Settings(blob_root=tmp_path).discovery_channels == "lexical"
+    for bad in ("semantic", "lexical,vector", ""):
+        with pytest.raises(ValidationError):
+            Settings(blob_root=tmp_path, discovery_channels=bad)

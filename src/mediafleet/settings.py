@@ -68,6 +68,10 @@ class Settings(BaseSettings):
         None, description="index each finished job's evidence for discovery: sqlite:PATH or postgresql://..., then "
         "#workspace=NAME[&subject=NAME] (README: Evidence discovery); unset: no automatic indexing",
     )
+    discovery_channels: str = Field(
+        "lexical", description="the channels a discovery host nominates with: lexical, or lexical,semantic "
+        "(docs/discovery.md); serve-discovery --channels overrides it",
+    )
     recover_lost_workers: bool = Field(
         True, description="workers queue again a started job whose worker's heartbeat has gone (a lost node) "
         "within the presence TTL plus one heartbeat (15-20 s after the loss), instead of after the broker's "
@@ -124,6 +128,13 @@ class Settings(BaseSettings):
 
             parse_index_setting(value)
         return value
+
+    @field_validator("discovery_channels", mode="after")
+    @classmethod
+    def _check_discovery_channels(cls, value: str) -> str:
+        from mediafleet.discovery.operations import parse_channels
+
+        return ",".join(parse_channels(value))  # an unknown channel or a list without lexical: refused at start
 
     @field_validator("s3_endpoint_url", mode="after")
     @classmethod

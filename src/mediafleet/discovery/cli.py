@@ -11,7 +11,8 @@
 * ``mediafleet discovery binding disable BINDING_ID``
 * ``mediafleet discovery receipt show REQUEST_ID``: decrypts one receipt
 * ``mediafleet serve-discovery --credential-file FILE`` (stdio) or ``--http [--port N]``, with
-  ``--channels lexical[,semantic]`` (default ``MEDIAFLEET_DISCOVERY_CHANNELS``, else ``lexical``):
+  ``--channels lexical[,semantic]`` (default the ``discovery_channels`` setting,
+  ``MEDIAFLEET_DISCOVERY_CHANNELS``, else ``lexical``):
   a server whose receipt key, state or credential file is missing or unusable still starts, says
   why on stderr and answers every tool call ``host_unavailable`` (an exit at start reaches an agent
   as a closed connection that says nothing)
@@ -290,7 +291,7 @@ def _service(args: argparse.Namespace, settings: Any) -> Any:
     from mediafleet.discovery.receipt import ReceiptKey
 
     state, key_path = _paths(args)
-    channels = _channels(args)
+    channels = _channels(args, settings)
     if not state.is_file():
         return "the host's state does not exist: open a lease with 'mediafleet discovery lease open' first"
     try:
@@ -308,10 +309,11 @@ def _service(args: argparse.Namespace, settings: Any) -> Any:
                             channels=channels)
 
 
-def _channels(args: argparse.Namespace) -> tuple[str, ...]:
+def _channels(args: argparse.Namespace, settings: Any) -> tuple[str, ...]:
     from mediafleet.discovery.operations import parse_channels
 
-    return parse_channels(args.channels or os.environ.get("MEDIAFLEET_DISCOVERY_CHANNELS") or "lexical")
+    # The setting (MEDIAFLEET_DISCOVERY_CHANNELS) was read and checked once, with the process's settings.
+    return parse_channels(args.channels or settings.discovery_channels)
 
 
 def _tools(args: argparse.Namespace, settings: Any) -> Any:
@@ -335,7 +337,7 @@ def _serve(args: argparse.Namespace, settings: Any) -> int:
 
     # stdout is the MCP wire under stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    _channels(args)  # a channel list that is not understood refuses to start (a usage error)
+    _channels(args, settings)  # a channel list that is not understood refuses to start (a usage error)
     if args.http:
         if args.credential_file is not None:
             return _fail("serve-discovery --http takes each call's credential from its Authorization header")
