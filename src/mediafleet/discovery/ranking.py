@@ -5,8 +5,9 @@ A unit is nominated only when it is an active unit of the scope and holds every 
 that holds them all, when it holds most of them (a *partial match*: more than half of a query of
 three words or more, at least one of them not very common), ranked by how many words it holds,
 then by BM25 / ``ts_rank`` over the words it holds that are not very common; partial matches are
-only looked for when fewer than the limit hold them all, among the ``candidates`` units best ranked
-by those words. What the rule bounds is the ranking, whose cost grows
+only looked for when fewer than the limit hold them all, among the ``candidates`` units last indexed
+that hold a whole group of that many words (one of them not very common; a query of 9 words or more:
+the ``candidates`` units best ranked by those words). What the rule bounds is the ranking, whose cost grows
 with the number of units that hold a word (BM25 in SQLite FTS5 reads a word's whole posting list
 for its IDF, whatever the ``LIMIT``; ``ts_rank`` in PostgreSQL reads every matching row):
 
