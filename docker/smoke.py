@@ -104,7 +104,7 @@ def check_samples() -> str:
     with tempfile.TemporaryDirectory() as scratch:
         env = {k: v for k, v in os.environ.items() if k not in ("MEDIAFLEET_BROKER_URL", "MEDIAFLEET_BLOB_URL")}
         env["MEDIAFLEET_BLOB_ROOT"] = os.path.join(scratch, "blobs")
-        done = subprocess.run([sys.executable, "-m", "mediafleet.cli", "extract", "--samples"], env=env,
+        done = subprocess.run([sys.executable, "-P", "-m", "mediafleet.cli", "extract", "--samples"], env=env,
                               capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"exit {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}")
