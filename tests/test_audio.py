@@ -95,6 +95,7 @@ def speech_result() -> AudioResult:
 
 # -- known answers -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_jfk_matches_the_upstream_transcript(corpus: Path) -> None:
     result = transcribe(corpus / "audio" / "jfk.flac")
@@ -196,6 +197,7 @@ def test_progress_counts_seconds_up_to_the_length(speech_wav: Path) -> None:
     assert {t for _, t in calls} == {10}
 
 
+@pytest.mark.slow
 def test_a_long_recording_is_streamed_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Six minutes, speech at the start and the end: never more than a block or so is held."""
     from mediafleet.workers.audio import vad

@@ -93,6 +93,7 @@ def _segment_with(result, text: str):
     return found[0]
 
 
+@pytest.mark.slow
 @needs_espeak
 def test_mr_does_not_end_a_segment(tmp_path: Path) -> None:
     speech = _say(f"{DASHWOOD} {MORE}", tmp_path, "dashwood")
@@ -110,6 +111,7 @@ def test_mr_does_not_end_a_segment(tmp_path: Path) -> None:
     assert_invariants(result)
 
 
+@pytest.mark.slow
 @needs_espeak
 def test_a_sentence_cut_between_two_windows_is_one_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pause after "Mr." puts "John" in the next window: the window's first segment continues."""
@@ -148,6 +150,7 @@ def test_a_long_pause_after_mr_does_not_end_the_segment(tmp_path: Path) -> None:
     assert_invariants(result)
 
 
+@pytest.mark.slow
 @needs_espeak
 def test_without_word_times_a_window_ending_at_mr_joins_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No word times to cut at: the window that stops at "Mr." and the next are one segment."""

@@ -31,6 +31,7 @@ def test_decoding_in_groups_gives_faster_whispers_samples(name: str) -> None:
     assert np.array_equal(ours, theirs)
 
 
+@pytest.mark.slow
 def test_encoding_one_window_at_a_time_gives_the_batch_encoding() -> None:
     engine = whisper()
     if engine.device != "cpu":
@@ -45,6 +46,7 @@ def test_encoding_one_window_at_a_time_gives_the_batch_encoding() -> None:
     assert np.array_equal(one_by_one, batched)
 
 
+@pytest.mark.slow
 def test_a_transcription_of_several_batches_is_what_the_batched_encoder_gives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -120,6 +122,7 @@ def _faults_and_result(mode: str, first: Path, *counted: Path) -> tuple[list[int
     return [int(n) for n in out["faults"]], out["result"]
 
 
+@pytest.mark.slow
 def test_holding_allocations_spares_the_page_faults_and_changes_no_number(tmp_path: Path) -> None:
     """The encoder's big buffers are reused, not faulted in afresh for each layer of each window:
     held, three times the windows (nine against three) fault in well under twice the pages

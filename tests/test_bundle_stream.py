@@ -76,6 +76,7 @@ def test_a_stream_is_written_to_a_file_line_by_line(bundle: EvidenceBundle, tmp_
         assert read_bundle_lines(lines) == bundle
 
 
+@pytest.mark.slow
 def test_extract_out_jsonl_writes_the_stream_form(tmp_path: Path) -> None:
     import os
     import subprocess

@@ -38,6 +38,7 @@ def test_extract_json_prints_exactly_one_bundle(corpus: Path, tmp_path: Path) ->
     assert len(Graph().parse(data=json.dumps(bundle.prov), format="json-ld")) > 0
 
 
+@pytest.mark.slow
 def test_samples_and_out_dir(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = run("extract", "--samples", "--out", str(out), tmp_path=tmp_path)
@@ -62,6 +63,7 @@ def test_a_failed_file_exits_non_zero_with_the_error_on_stderr(tmp_path: Path) -
     assert str(tmp_path) not in proc.stdout and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_usage_errors(tmp_path: Path) -> None:
     assert run("extract", tmp_path=tmp_path).returncode == 2
     assert run("extract", "x.pdf", tmp_path=tmp_path, env={"MEDIAFLEET_RESULT_TTL_S": "-1"}).returncode == 2

@@ -84,6 +84,7 @@ def test_out_naming_an_existing_file(pdf: Path, tmp_path: Path) -> None:
                    "--out names an existing file; give a directory")
 
 
+@pytest.mark.slow
 def test_out_in_a_place_that_cannot_be_written(pdf: Path, tmp_path: Path) -> None:
     taken = tmp_path / "taken.txt"
     taken.write_text("x")
@@ -101,6 +102,7 @@ def test_a_directory_as_input(tmp_path: Path) -> None:
                    "scans is a directory: name the files in it")
 
 
+@pytest.mark.slow
 def test_dash_reads_standard_input(tmp_path: Path) -> None:
     proc = run("extract", "-", "--json", tmp_path=tmp_path, stdin=SAMPLE["harbour-report.pdf"].read_bytes())
     assert proc.returncode == 0, proc.stderr
@@ -139,6 +141,7 @@ def test_an_http_url_is_downloaded(web: str, tmp_path: Path) -> None:
     assert proc.stdout.startswith("harbour.pdf: ok (application/pdf), 2 pages (text layer)")
 
 
+@pytest.mark.slow
 def test_a_url_that_fails(web: str, tmp_path: Path) -> None:
     assert_mistake(run("extract", f"{web}/missing.pdf", tmp_path=tmp_path), tmp_path,
                    "missing.pdf: 127.0.0.1 answered HTTP 404", code=1)
@@ -251,6 +254,7 @@ def test_a_failed_file_names_its_code_not_a_class(tmp_path: Path) -> None:
     assert "Traceback" not in both and "(None)" not in both and not CLASS_NAMES.search(both)
 
 
+@pytest.mark.slow
 def test_the_first_command_says_what_it_found_and_where_results_are(tmp_path: Path) -> None:
     proc = run("extract", "--samples", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -269,6 +273,7 @@ def test_the_first_command_says_what_it_found_and_where_results_are(tmp_path: Pa
     assert "\r" not in proc.stderr  # no progress when stderr is not a terminal
 
 
+@pytest.mark.slow
 def test_out_and_report_say_where_they_wrote(tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = run("extract", str(SAMPLE["notice.png"]), "--out", str(out), "--report", tmp_path=tmp_path)
@@ -284,6 +289,7 @@ def test_out_and_report_say_where_they_wrote(tmp_path: Path) -> None:
     assert [p.name for p in here.iterdir()] == ["notice.png.4416d514c7c7.report.html"]
 
 
+@pytest.mark.slow
 def test_progress_has_units_and_a_bar_on_a_terminal(tmp_path: Path) -> None:
     import pty
 
@@ -314,6 +320,7 @@ def test_progress_has_units_and_a_bar_on_a_terminal(tmp_path: Path) -> None:
     assert all(int(done) <= 4 for _, done in bars)
 
 
+@pytest.mark.slow
 def test_report_writes_a_page_from_a_bundle_file(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert run("extract", str(SAMPLE["memo.opus"]), "--out", str(out), tmp_path=tmp_path).returncode == 0
@@ -337,6 +344,7 @@ def test_report_writes_a_page_from_a_bundle_file(tmp_path: Path) -> None:
     assert [p.name for p in here.iterdir()] == ["artifact.4416d514c7c7.report.html"]
 
 
+@pytest.mark.slow
 def test_report_mistakes(tmp_path: Path) -> None:
     not_bundle = tmp_path / "other.json"
     not_bundle.write_text('{"hello": 1}')
@@ -351,6 +359,7 @@ def test_report_mistakes(tmp_path: Path) -> None:
                    "none.json: no such file", code=1)
 
 
+@pytest.mark.slow
 def test_report_without_the_artifact_in_the_store(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert run("extract", str(SAMPLE["memo.opus"]), "--out", str(out), tmp_path=tmp_path).returncode == 0

@@ -175,6 +175,7 @@ def test_build_context_holds_what_the_images_copy() -> None:
     assert "docker/secrets" not in allowed
 
 
+@pytest.mark.slow
 def test_smoke_test_passes_on_this_install() -> None:
     """The images' build-time check, run on this machine's venv (the CPU checks; the C extensions'
     check too where this install could build them, as the images can)."""

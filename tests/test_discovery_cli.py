@@ -39,6 +39,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow
 def test_index_add_takes_bundle_files_and_json_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                      sample_bundles: dict[str, EvidenceBundle]) -> None:
     one = tmp_path / "pdf.bundle.json"

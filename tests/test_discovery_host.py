@@ -108,6 +108,7 @@ def units(n: int, text: str, derivation: str = "eg:derivation:" + "7" * 32) -> l
 # -- the answer -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_search_answers_the_exact_discovery_object(host: Host) -> None:
     lease_id, credential = host.lease()
     answer = host.service.search(credential, lease_id, "finance team")

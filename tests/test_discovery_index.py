@@ -28,6 +28,7 @@ def texts(index: EvidenceIndex, scope: Scope, query: str, limit: int = 10) -> li
 # -- units from real bundles ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_text_locus_of_the_samples_is_one_unit(sample_bundles: dict[str, EvidenceBundle]) -> None:
     for name, bundle in sample_bundles.items():
         units = units_from_bundle(bundle)

@@ -160,6 +160,7 @@ def credential_of(lease: dict[str, Any]) -> str:
 # -- the done-when of issue 15 ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_agent_finds_a_spoken_phrase_in_a_video_and_gets_its_time_frame(host: Host) -> None:
     lease = host.lease()
     with stdio_agent(host, lease["credential_file"]) as agent:
@@ -224,6 +225,7 @@ def test_the_tools_take_exactly_their_two_fields(host: Host) -> None:
         assert not is_error and data["operations_used"] == 1 and data["evidence"]
 
 
+@pytest.mark.slow
 def test_budget_revocation_and_another_binding_fail_closed_through_the_session(host: Host) -> None:
     lease = host.lease(operations=1)
     other = host.lease("--agent", "second-agent")
@@ -249,6 +251,7 @@ def test_budget_revocation_and_another_binding_fail_closed_through_the_session(h
 # -- streamable HTTP and the stdio bridge ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_streamable_http_takes_the_credential_from_the_bearer_header(host: Host) -> None:
     lease = host.lease()
     with http_endpoint(host) as url:
@@ -263,6 +266,7 @@ def test_streamable_http_takes_the_credential_from_the_bearer_header(host: Host)
             assert is_error and data["error_code"] == "unauthenticated"
 
 
+@pytest.mark.slow
 def test_the_stdio_bridge_forwards_to_a_loopback_endpoint(host: Host) -> None:
     with http_endpoint(host) as url:
         lease = host.lease("--endpoint", url, "--credential-file", str(host.folder / "bridge.json"))
@@ -273,6 +277,7 @@ def test_the_stdio_bridge_forwards_to_a_loopback_endpoint(host: Host) -> None:
             assert is_error and data["error_code"] == "invalid_request"
 
 
+@pytest.mark.slow
 def test_the_bridge_answers_host_unavailable_and_never_retries_when_the_endpoint_goes(host: Host) -> None:
     url, proc = start_http(host)
     try:
@@ -297,6 +302,7 @@ def unavailable_everywhere(agent: Agent, lease_id: str) -> None:
         assert is_error and data["error_code"] == "host_unavailable", (tool, data)
 
 
+@pytest.mark.slow
 def test_a_server_without_key_state_or_credential_answers_host_unavailable_instead_of_dying(
         host: Host, tmp_path: Path) -> None:
     lease = host.lease()
@@ -329,6 +335,7 @@ def test_a_server_without_key_state_or_credential_answers_host_unavailable_inste
         assert not is_error and data["evidence"]
 
 
+@pytest.mark.slow
 def test_serving_refuses_a_remote_address(host: Host, tmp_path: Path) -> None:
     proc = host.cli("serve-discovery", "--http", "--host", "0.0.0.0", check=False)
     assert proc.returncode == 2 and "loopback" in proc.stderr

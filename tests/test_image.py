@@ -114,6 +114,7 @@ def test_exif_orientation_is_applied_before_reading(tmp_path: Path) -> None:
     assert [r.text for r in page.regions] == ["Upright"]
 
 
+@pytest.mark.slow
 def test_each_tiff_frame_is_its_own_page(tmp_path: Path) -> None:
     first, second = text_image("First page"), text_image("Second page")
     data = encode(first, "TIFF", save_all=True, append_images=[second])

@@ -439,6 +439,7 @@ def test_submit_stored_raises_on_a_malformed_reference(tmp_path: Path) -> None:
 # -- the other modalities on corpus media ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.skipif(not declared("transcribe_segments"), reason="the transcribe_segments capability has not landed")
 def test_transcribe_media_gives_timed_segments_of_jfk(caller: Caller, corpus: Path) -> None:
@@ -463,6 +464,7 @@ def test_transcribe_media_gives_timed_segments_of_jfk(caller: Caller, corpus: Pa
     assert bundle_addresses(bundle) == loci and assert_engine_valid(bundle) == len(segments)
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.skipif(not declared("extract_keyframes"), reason="the extract_keyframes capability has not landed")
 def test_video_keyframes_gives_shots_and_png_keyframes_of_testvideo(caller: Caller, corpus: Path) -> None:
@@ -491,6 +493,7 @@ def test_video_keyframes_gives_shots_and_png_keyframes_of_testvideo(caller: Call
     assert assert_engine_valid(bundle) == len(loci) + len(frames)
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.skipif(not declared("extract_keyframes"), reason="the extract_keyframes capability has not landed")
 def test_video_keyframes_by_default_says_the_transitions_of_testvideo(caller: Caller, corpus: Path) -> None:
@@ -516,6 +519,7 @@ def test_video_keyframes_by_default_says_the_transitions_of_testvideo(caller: Ca
     assert assert_engine_valid(bundle) == len(shots) + len(keyframes)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not declared("extract_keyframes"), reason="the extract_keyframes capability has not landed")
 def test_video_keyframes_also_returns_the_spoken_words(caller: Caller) -> None:
     mp4 = (Path(__file__).parent / "data" / "speech.mp4").read_bytes()
@@ -548,6 +552,7 @@ def png_size(png: bytes) -> tuple[int, int]:
     return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.skipif(not declared("analyze_image"), reason="the analyze_image capability has not landed")
 @pytest.mark.parametrize(("name", "media_type", "size", "first_line"), [
@@ -636,6 +641,7 @@ def http_server(tmp_path: Path, *args: str) -> Iterator[str]:
             proc.wait(timeout=20)
 
 
+@pytest.mark.slow
 def test_streamable_http_serves_the_same_tools(tmp_path: Path) -> None:
     import anyio
     from mcp.client.streamable_http import streamable_http_client

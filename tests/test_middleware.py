@@ -269,6 +269,7 @@ def test_progress_is_published_and_recorded_with_the_actions_unit(jobs: JobStore
     assert (progress.done, progress.total, progress.unit) == (2, 3, "pages")
 
 
+@pytest.mark.slow
 def test_progress_with_redis_away_is_dropped_and_the_job_goes_on(blobs: LocalBlobStore) -> None:
     away = JobStore(redis.Redis(port=free_port(), socket_connect_timeout=0.2), ttl_s=60)
     delivery = Delivery(pdf_request(blobs), away)

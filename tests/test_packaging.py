@@ -127,6 +127,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return whl
 
 
+@pytest.mark.slow
 def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()

@@ -85,6 +85,7 @@ _PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_reader_built_for_another_mupdf_is_not_used_and_the_lines_are_the_same(tmp_path: Path) -> None:
     if not can_compile():
         pytest.skip("no C compiler or Python headers here")

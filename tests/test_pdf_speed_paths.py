@@ -409,6 +409,7 @@ def test_the_c_reader_declines_a_vertical_line_and_the_dict_reads_it() -> None:
         assert all(y1 - y0 >= 14 - 1e-3 for _, _, y0, _, y1 in lines)
 
 
+@pytest.mark.slow
 def test_the_c_reader_reads_what_the_dict_reads(many_pdfs: list[Path]) -> None:
     """Every page of every made and real PDF: the C reader's lines are the dict's, value for value."""
     if not mupdf_module.FAST_LINES:
@@ -648,6 +649,7 @@ def _pages(doc: Any) -> range:
     return range(min(doc.page_count, _PAGES_CHECKED))
 
 
+@pytest.mark.slow
 def test_every_page_reads_in_the_plain_xy_cuts_order(many_pdfs: list[Path], order_of: Any) -> None:
     """Every page of every real and made PDF (and the first of the benchmark's): its lines'
     boxes, as the text layer hands them to the reading order, in the plain XY-cut's order."""

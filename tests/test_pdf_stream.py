@@ -177,6 +177,7 @@ def cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_extract_out_writes_the_bundle_the_whole_path_writes(tmp_path: Path) -> None:
     # --report keeps the bundle whole (the page shows every locus): the reference
     pdf = tmp_path / "long.pdf"
@@ -210,6 +211,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 def test_the_streamed_peak_does_not_grow_with_the_pages_as_the_whole_bundles_does(tmp_path: Path) -> None:
     """``extract --out --json`` (the bundle held whole, printed and written) against ``extract
     --out --jsonl`` (written as it is made) on 200 and 400 pages, each in a fresh process: peak

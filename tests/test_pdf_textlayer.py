@@ -128,6 +128,7 @@ def test_bad_pdfs_raise_public_errors(tmp_path: Path, data, code: ErrorCode) -> 
     assert str(tmp_path) not in err.value.message and "a.pdf" not in err.value.message
 
 
+@pytest.mark.slow
 def test_large_pdf_is_read_page_by_page(tmp_path: Path) -> None:
     """2,000 pages: every page comes back, and progress is reported once per page."""
     seen = []

@@ -64,6 +64,7 @@ def test_the_engine_takes_the_running_jobs_batch_else_its_devices() -> None:
     assert one.model is default.model  # the same loaded model, not a second one
 
 
+@pytest.mark.slow
 def test_a_set_batch_gives_its_own_job_and_the_same_text(tmp_path: Path) -> None:
     """Three windows, in-process: the default (4 on the CPU) and 1 a batch. The job ids differ, so
     do the loci's derivations (the producer's options name the batch), and the text is the same (a

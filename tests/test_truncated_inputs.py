@@ -26,6 +26,7 @@ def webm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_whole_webm_reads(webm: Path) -> None:
     result = extract_keyframes(webm, VideoOptions(speech=False), LIMITS)
     assert len(result.shots) == 3

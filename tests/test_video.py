@@ -407,6 +407,7 @@ def speaking(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Clip:
                       audio_file=corpus / "audio" / "jfk.flac", audio_start_s=Fraction(1))
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_speech_in_a_video_becomes_audio_ranges_on_the_media_timeline(speaking: Clip, tmp_path: Path) -> None:
     dispatcher = Dispatcher(Settings(blob_root=tmp_path / "blobs"))

@@ -127,12 +127,14 @@ def _decoded_frames_agree(path: Path, limit: int | None = None) -> int:
     return checked
 
 
+@pytest.mark.slow
 def test_row_path_is_the_full_path_on_decoded_1080p_frames(tmp_path: Path) -> None:
     clip = write_clip(tmp_path / "hd.mp4", [(0, 12), (1, 12), (2, 12)], size=(1920, 1080))
     assert AnalysisFrames(1920, 1080)._rows is not None
     assert _decoded_frames_agree(clip.path) == 36
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", ["counter.mp4", "testvideo.mp4", "fades.mp4"])
 def test_analysis_frames_are_the_full_path_on_the_corpus(corpus: Path, name: str) -> None:

@@ -39,6 +39,7 @@ def corpus_results(corpus: Path) -> dict[tuple[str, str], VideoResult]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", ["testvideo.mp4", "counter.mp4", "fades.mp4"])
 @pytest.mark.parametrize("detector", list(DETECTORS))
@@ -66,6 +67,7 @@ def test_corpus_media_facts(corpus_results) -> None:
     assert (counter.width, counter.height, counter.frame_count) == (1920, 1080, 30)
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_the_scene_manager_itself_agrees_on_the_corpus(corpus: Path, corpus_results) -> None:
     """Upstream end to end (its own decoding thread and downscaling) gives the same cuts."""
@@ -143,6 +145,7 @@ def test_build_detector_resolves_defaults_and_says_so() -> None:
     assert isinstance(detector, ContentDetector) and spec.threshold == 30.0
 
 
+@pytest.mark.slow
 @pytest.mark.corpus
 def test_decoder_threads_change_nothing(corpus: Path, corpus_results) -> None:
     """FFmpeg's frame threading is bit-exact: two threads give the same shots and keyframes."""

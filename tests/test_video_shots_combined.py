@@ -163,6 +163,7 @@ def test_memory_bounds_the_longest_transition() -> None:
     assert max_transition_frames(3840, 2160) == 13
 
 
+@pytest.mark.slow
 def test_pushing_out_of_order_is_refused() -> None:
     from mediafleet.workers.video.combined import frame_signals
 
