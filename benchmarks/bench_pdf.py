@@ -125,7 +125,7 @@ def _through_redis(pages: int, small_jobs: int, smalls: list[bytes], tmp: Path) 
     return t_fleet, t_small_fleet
 
 
-def _interleaved_cpu(paths: dict[str, Callable[[], Any]], rounds: int) -> dict[str, tuple[float, float]]:
+def interleaved_cpu(paths: dict[str, Callable[[], Any]], rounds: int) -> dict[str, tuple[float, float]]:
     """:func:`interleaved`, with each path's median process CPU seconds beside its median wall
     seconds: on a shared machine the CPU time is what other work disturbs least."""
     wall: dict[str, list[float]] = {name: [] for name in paths}
@@ -150,7 +150,7 @@ def speed(pages: int = 500, rounds: int = 5) -> None:
     rows = [("PDF", "pages", "bare pages/s", "mediafleet pages/s", "vs bare", "vs bare, CPU time")]
     for doc_path, rounds_here in [(path, rounds), *[(p, max(rounds, 7)) for p in real_pdfs(unpack_to=tmp / "real")]]:
         local.submit(doc_path).bundle()  # warm: the first run of a file pays for its blob copy and imports
-        both = _interleaved_cpu({"bare": lambda p=doc_path: bare(p),
+        both = interleaved_cpu({"bare": lambda p=doc_path: bare(p),
                                  "local": lambda p=doc_path: local.submit(p).bundle()}, rounds_here)
         (t_bare, c_bare), (t_local, c_local) = both["bare"], both["local"]
         n = page_count(doc_path)

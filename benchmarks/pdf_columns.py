@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mediafleet import Dispatcher, Settings  # noqa: E402
 from mediafleet.workers.pdf import mupdf as mupdf_module  # noqa: E402
 
+from benchmarks.bench_pdf import bare, interleaved_cpu  # noqa: E402
 from benchmarks.harness import table, write_results  # noqa: E402
 
 pymupdf = mupdf_module.pymupdf
@@ -58,28 +57,6 @@ def make_two_column_pdf(pages: int) -> bytes:
     return data
 
 
-def bare(path: Path) -> None:
-    doc = pymupdf.open(path, filetype="pdf")
-    for page in doc:
-        page.get_text("dict")
-    doc.close()
-
-
-def interleaved(paths: dict[str, Callable[[], Any]], rounds: int) -> dict[str, tuple[float, float]]:
-    """Each path's (median wall seconds, median CPU seconds) over ``rounds`` rounds, the paths
-    taking turns within a round (their order reversed every other round)."""
-    wall: dict[str, list[float]] = {name: [] for name in paths}
-    cpu: dict[str, list[float]] = {name: [] for name in paths}
-    names = list(paths)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else reversed(names):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            paths[name]()
-            cpu[name].append(time.process_time() - start_cpu)
-            wall[name].append(time.perf_counter() - start)
-    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in paths}
-
-
 def measure(pages: int = 400, rounds: int = 7) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-pdf-columns-"))
     path = tmp / "columns.pdf"
@@ -92,7 +69,7 @@ def measure(pages: int = 400, rounds: int = 7) -> dict[str, Any]:
     paths = {"bare": lambda: bare(path), "mediafleet": lambda: local.submit(path).bundle()}
     if mupdf_module.FAST_LINES:
         paths["mediafleet, C reader off"] = lambda: _without_c_reader(lambda: local.submit(path).bundle())
-    both = interleaved(paths, rounds)
+    both = interleaved_cpu(paths, rounds)
     (w_bare, c_bare), (w_mf, c_mf) = both["bare"], both["mediafleet"]
     off = both.get("mediafleet, C reader off")
     return {
