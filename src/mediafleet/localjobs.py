@@ -91,6 +91,17 @@ class RunnerDied(MediafleetError):
         self.returncode = returncode
 
 
+def _take(path: Path) -> bytes | None:
+    """``path``'s bytes, removing it: told to one caller only (None when absent, or another caller
+    took it first: that one reports it)."""
+    try:
+        text = path.read_bytes()
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    return text
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -158,21 +169,9 @@ class LocalJobs:
         if done.exists():
             os.utime(folder)  # kept for the TTL from its last pickup
             return EvidenceBundle.model_validate_json(done.read_bytes())
-        retry = folder / "retry.json"
-        if retry.exists():
-            try:
-                text = retry.read_bytes()
-                retry.unlink()
-            except FileNotFoundError:  # another caller took it: that one reports it
-                return None
+        if (text := _take(folder / "retry.json")) is not None:
             return EvidenceBundle.model_validate_json(text)
-        died = folder / _DIED
-        if died.exists():
-            try:
-                text = died.read_bytes()
-                died.unlink()
-            except FileNotFoundError:  # another caller took it: that one reports it
-                return None
+        if (text := _take(folder / _DIED)) is not None:
             raise RunnerDied(int(json.loads(text)["returncode"]))
         return None
 
