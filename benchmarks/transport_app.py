@@ -18,7 +18,7 @@ from pathlib import Path
 
 from celery import Celery
 
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 
 app = Celery("bench-transport", broker=os.environ["MEDIAFLEET_BROKER_URL"], backend=os.environ["MEDIAFLEET_BROKER_URL"])
 app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json", worker_prefetch_multiplier=1,

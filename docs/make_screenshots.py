@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from PIL import Image  # noqa: E402
 
-from mediafleet.cli import _samples  # noqa: E402
+from mediafleet.cli.inputs import bundled_samples  # noqa: E402
 from mediafleet.dispatch import Dispatcher  # noqa: E402
 from mediafleet.report import build_report, store_inputs  # noqa: E402
 from mediafleet.settings import Settings  # noqa: E402
@@ -29,18 +29,18 @@ def _mixed_pdf() -> bytes:
     """A page with a text layer and a scanned page (the sample notice as an image): both kinds of line."""
     import pymupdf
 
-    doc = pymupdf.open(stream=next(p for p in _samples() if p.suffix == ".pdf").read_bytes(), filetype="pdf")
+    doc = pymupdf.open(stream=next(p for p in bundled_samples() if p.suffix == ".pdf").read_bytes(), filetype="pdf")
     doc.delete_page(1)
     doc[0].set_cropbox(pymupdf.Rect(0, 0, 595, 250))  # the text, without the blank half page below it
     scan = doc.new_page(width=595, height=280)
-    scan.insert_image(pymupdf.Rect(40, 25, 555, 255), filename=str(next(p for p in _samples() if p.suffix == ".png")))
+    scan.insert_image(pymupdf.Rect(40, 25, 555, 255), filename=str(next(p for p in bundled_samples() if p.suffix == ".png")))
     data = doc.tobytes()
     doc.close()
     return data
 
 
 def main() -> None:
-    samples = {p.suffix: p for p in _samples()}
+    samples = {p.suffix: p for p in bundled_samples()}
     with tempfile.TemporaryDirectory(prefix="mf-shots-") as tmp:
         fleet = Dispatcher(Settings.load(blob_root=Path(tmp) / "blobs"))
         shots = [

@@ -79,7 +79,7 @@ def manifest() -> Any:
 @pytest.fixture
 def blobs(tmp_path: Path) -> Any:
     """A local blob store of this test's own."""
-    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.blobs.local import LocalBlobStore
 
     return LocalBlobStore(tmp_path / "blobs")
 
@@ -90,7 +90,7 @@ def jobs(redis_server: RedisServer, tmp_path: Path) -> Iterator[Any]:
     and after)."""
     import redis
 
-    from mediafleet.jobstore import JobStore
+    from mediafleet.fleet.store import JobStore
 
     db = 1 + (abs(hash(tmp_path.name)) % 14)
     client = redis.Redis.from_url(f"redis://127.0.0.1:{redis_server.port}/{db}")
@@ -198,7 +198,7 @@ def moto_server() -> Iterator[MotoServer]:
 @pytest.fixture
 def s3(moto_server: MotoServer) -> Any:
     """A raw client on the server (for arranging and inspecting, not the code under test)."""
-    from mediafleet.s3store import make_client
+    from mediafleet.blobs.s3 import make_client
 
     return make_client(moto_server.url, "us-east-1")
 

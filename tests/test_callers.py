@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from mediafleet.contract.errors import IntegrityError
 
-from mediafleet import caller_digest
+from mediafleet.mcp import caller_digest
 from mediafleet.settings import Settings
 from tests.conftest import ROOT
 from tests.engine import engine_blob_store
@@ -273,8 +273,8 @@ def test_a_job_outlives_the_call_and_a_retry_gets_it(tmp_path: Path) -> None:
 
 def test_a_killed_runner_is_started_again_and_nothing_is_lost(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from mediafleet.blobstore import open_store
-    from mediafleet.localjobs import LocalJobs
+    from mediafleet.blobs.local import open_store
+    from mediafleet.mcp.localjobs import LocalJobs
 
     store = open_store(Settings(blob_root=tmp_path / "blobs"))
     digest, _, _ = store.put_stream(io.BytesIO(text_pdf(2)))
@@ -301,9 +301,9 @@ def test_a_runner_that_dies_is_reported_once_and_the_next_call_runs_the_job(
     """A detached runner that crashes or is killed is the failure it is, at once: not "still
     running" until the call's wait runs out. It is told to one call and kept by none, so the next
     call starts a runner again (the real one here) and gets the bundle."""
-    from mediafleet import localjobs
-    from mediafleet.blobstore import open_store
-    from mediafleet.localjobs import LocalJobs, RunnerDied
+    from mediafleet.mcp import localjobs
+    from mediafleet.blobs.local import open_store
+    from mediafleet.mcp.localjobs import LocalJobs, RunnerDied
 
     store = open_store(Settings(blob_root=tmp_path / "blobs"))
     digest, _, _ = store.put_stream(io.BytesIO(text_pdf(1)))
@@ -416,7 +416,7 @@ TOOL_NAMES = ("pdf_action", "image_decode", "transcribe_media", "video_keyframes
 def test_over_http_a_job_runs_in_a_thread_and_a_retry_attaches(tmp_path: Path) -> None:
     """The long-lived HTTP server's way: the job runs in a thread of the server, past the call."""
     from mediafleet.dispatch import Dispatcher
-    from mediafleet.mcp_server import SidecarTools
+    from mediafleet.mcp.server import SidecarTools
 
     tools = SidecarTools(Dispatcher(Settings(blob_root=tmp_path / "blobs")), wait_s=0.05, detached=False)
     data = (SAMPLES / "memo.opus").read_bytes()

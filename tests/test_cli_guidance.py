@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from mediafleet.contract import EvidenceBundle
-from mediafleet.cli import _parser, _samples
+from mediafleet.cli.inputs import bundled_samples
+from mediafleet.cli.parser import build_parser
 from tests.conftest import free_port
 from tests.media import scanned, text_pdf
 from tests.servers import http_server
 
-SAMPLE = {p.name: p for p in _samples()}
+SAMPLE = {p.name: p for p in bundled_samples()}
 # Exception class names users must never see (ours, pydantic's, the transports').
 CLASS_NAMES = re.compile(r"\b(?:\w+Error|\w+Exception|InputRejected|CapabilityRefused|LimitExceeded|TimedOut|"
                          r"ValidationError|Settings|OperationalError)\b")
@@ -384,7 +385,7 @@ MINE = ("extract", "worker", "status", "cancel", "gc", "report", "manifest", "sc
 
 @pytest.mark.parametrize("command", MINE)
 def test_every_option_has_help(command: str) -> None:
-    subcommands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     parser = subcommands.choices[command]
     for action in parser._actions:
         assert action.help, f"{command} {action.option_strings or action.dest} has no help"

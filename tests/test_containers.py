@@ -178,7 +178,7 @@ class Stack:
     def record(self, job_id: str) -> dict[str, Any]:
         """The job's record as `mediafleet status JOB` shows it, read here (polling the CLI costs a
         process start, about a CPU second, each time)."""
-        from mediafleet.jobstore import JobStore
+        from mediafleet.fleet.store import JobStore
         from mediafleet.settings import Settings
 
         store = JobStore.from_settings(Settings(broker_url=self.redis_url, redis_password=self.password))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mediafleet.blobs import blob_key
+from mediafleet.blobs.protocol import blob_key
 from mediafleet.contract import ErrorCode, IntegrityError
 from mediafleet.contract.digests import (
     CHUNK,

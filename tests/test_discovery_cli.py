@@ -1,4 +1,4 @@
-"""The host's discovery commands, run through ``mediafleet.cli.main`` in this process."""
+"""The host's discovery commands, run through ``mediafleet.cli.entry`` in this process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mediafleet.contract import EvidenceBundle
-from mediafleet.cli import _parser, main
+from mediafleet.cli.entry import main
+from mediafleet.cli.parser import build_parser
 from tests.discovery_fixtures import sample_bundles  # noqa: F401
 
 
@@ -27,7 +28,7 @@ def _parsers(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argp
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_has_help(command: str) -> None:
-    subcommands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for path, parser in _parsers(subcommands.choices[command], command):
         for action in parser._actions:
             assert action.help, f"{path} {action.option_strings or action.dest} has no help"

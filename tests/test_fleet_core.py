@@ -11,8 +11,8 @@ from mediafleet import LocalBlobStore, Settings
 from mediafleet import dispatch as dispatch_module
 from mediafleet.contract.jobs import JobState
 from mediafleet.contract.manifest import DeviceClass
-from mediafleet.jobstore import JobStore, finished_channel
-from mediafleet.presence import Announcer
+from mediafleet.fleet.store import JobStore, finished_channel
+from mediafleet.fleet.presence import Announcer
 from mediafleet.workers.app import create_app
 from tests.test_middleware import pdf_request
 
@@ -400,7 +400,7 @@ def test_the_claim_pushes_the_message_of_the_class_it_routes_to_in_the_same_step
 
     import redis
 
-    from mediafleet.jobstore import queue_lists
+    from mediafleet.fleet.store import queue_lists
     from mediafleet.workers.app import extract_message, send_extract
 
     url = f"redis://127.0.0.1:{redis_server.port}/15"
@@ -522,7 +522,7 @@ def test_a_waiter_whose_watch_followed_before_the_claim_does_not_read_the_record
 
     from mediafleet.contract.errors import ErrorCode, PublicError
     from mediafleet.contract.jobs import Outcome
-    from mediafleet.fleet_job import FleetJob
+    from mediafleet.orchestrators.fleet_job import FleetJob
 
     manifest = Settings(blob_root=tmp_path).manifest()
     capability = manifest.capability("ocr_pdf")
@@ -558,7 +558,7 @@ def test_a_finished_notice_carries_the_outcome_checked_as_the_record_would_be(jo
 
     from mediafleet.contract.errors import ErrorCode, PublicError
     from mediafleet.contract.jobs import Outcome
-    from mediafleet.jobstore import OutcomeSigner
+    from mediafleet.fleet.store import OutcomeSigner
     from tests.certs import signing_env
 
     env = signing_env(tmp_path)

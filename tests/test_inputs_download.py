@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mediafleet.contract.manifest import load_manifest
-from mediafleet.inputs import InputUnavailable, open_input
+from mediafleet.cli.inputs import InputUnavailable, open_input
 from tests.media import text_pdf
 from tests.servers import free_port, http_server
 

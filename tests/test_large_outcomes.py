@@ -15,13 +15,13 @@ from typing import Any, NamedTuple
 import pytest
 
 from mediafleet import Dispatcher, Settings
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 from mediafleet.contract.digests import hash_bytes
 from mediafleet.contract.errors import ErrorCode
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome
 from mediafleet.contract.manifest import Modality, default_manifest
-from mediafleet.jobstore import INLINE_OUTCOME_MAX_BYTES, JobStore, OutcomeSigner
-from mediafleet.retention import Retention, collect_garbage
+from mediafleet.fleet.store import INLINE_OUTCOME_MAX_BYTES, JobStore, OutcomeSigner
+from mediafleet.blobs.retention import Retention, collect_garbage
 from mediafleet.workers.runner import run_request
 from tests.helpers import without_run
 from tests.media import text_pdf

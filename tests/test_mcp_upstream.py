@@ -22,7 +22,7 @@ import anyio
 import pytest
 from mcp import MCPError, types
 
-from mediafleet.mcp_upstream import (
+from mediafleet.mcp.upstream import (
     UNAVAILABLE,
     Upstream,
     UpstreamUnavailable,

@@ -15,11 +15,11 @@ import pytest
 import redis
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest, Modality, default_manifest
-from mediafleet.jobstore import MAX_DELIVERIES, JobStore, finished_channel
+from mediafleet.fleet.store import MAX_DELIVERIES, JobStore, finished_channel
 from mediafleet.settings import Settings
 from mediafleet.workers.middleware import (
     Cancellation,
@@ -356,7 +356,7 @@ def test_building_apps_connects_no_receiver_and_a_booted_workers_are_all_disconn
 def test_a_worker_recovers_lost_nodes_jobs_only_after_a_ttl_of_unbroken_heartbeats() -> None:
     """After Redis was away past the presence TTL every worker's presence is gone at once: a worker
     waits until the others have announced themselves again before it takes their jobs for lost."""
-    from mediafleet.presence import HEARTBEAT_S, TTL_S
+    from mediafleet.fleet.presence import HEARTBEAT_S, TTL_S
     from mediafleet.workers.boot import Steadiness
 
     now = [0.0]

@@ -16,9 +16,9 @@ from mediafleet import Settings
 from mediafleet import dispatch as dispatch_module
 from mediafleet.contract import ErrorCode
 from mediafleet.dispatch import Dispatcher
-from mediafleet.orchestrator import Orchestrator
-from mediafleet.orchestrator_celery import CeleryOrchestrator
-from mediafleet.orchestrator_inprocess import InProcessOrchestrator
+from mediafleet.orchestrators.protocol import Orchestrator
+from mediafleet.orchestrators.celery_fleet import CeleryOrchestrator
+from mediafleet.orchestrators.inprocess import InProcessOrchestrator
 from mediafleet.workers.app import create_app
 from tests.media import text_pdf
 
@@ -111,7 +111,7 @@ def test_a_broker_too_full_to_write_is_the_same_public_error_saying_so() -> None
     from redis.exceptions import OutOfMemoryError
 
     from mediafleet.contract import FleetUnreachable
-    from mediafleet.unreachable import translated
+    from mediafleet.fleet.unreachable import translated
 
     with pytest.raises(FleetUnreachable) as raised, translated():
         raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")

@@ -79,7 +79,7 @@ def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("module", ["mediafleet.blobs", "mediafleet.blobstore", "mediafleet.s3store",
+@pytest.mark.parametrize("module", ["mediafleet.blobs.protocol", "mediafleet.blobs.local", "mediafleet.blobs.s3",
                                     "mediafleet.settings", "mediafleet.contract.digests"])
 def test_the_stores_and_the_settings_are_in_no_import_cycle(module: str) -> None:
     graph = _imports()

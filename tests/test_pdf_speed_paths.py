@@ -773,7 +773,7 @@ def test_a_blob_stored_again_is_kept_when_intact_and_replaced_when_not(tmp_path:
     import io
     import os
 
-    from mediafleet.blobstore import _REHASH_MAX, LocalBlobStore
+    from mediafleet.blobs.local import _REHASH_MAX, LocalBlobStore
 
     store = LocalBlobStore(tmp_path / "blobs")
     data = text_pdf(1)

@@ -19,7 +19,7 @@ import pytest
 
 from mediafleet import Dispatcher, Settings
 from mediafleet.adapters.bundle import build_bundle
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf, Span
 from mediafleet.contract.manifest import Modality, default_manifest
@@ -257,7 +257,7 @@ class _Ended:
 def test_a_waiter_never_takes_a_queued_range_for_lost_when_another_task_ended(jobs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The job's own task ended (and reported) between the waiter's read and its look at why: the
     range now waited on is still queued, so nothing is lost and nothing is written."""
-    from mediafleet.fleet_job import FleetJob
+    from mediafleet.orchestrators.fleet_job import FleetJob
 
     manifest = default_manifest()
     capability = manifest.capability("ocr_pdf")
@@ -277,8 +277,8 @@ def test_of_two_joiners_one_writes_the_joined_outcome_and_the_other_stores_nothi
     written range by range, so the one that finishes second finds the ranges' reports gone (the
     first finish dropped them) and stores nothing, without an error, as it would have lost the
     finishing write itself."""
-    from mediafleet.jobstore import JobStore
-    from mediafleet.workers.middleware import _Reports, join_parts
+    from mediafleet.fleet.store import JobStore
+    from mediafleet.fleet.reports import _Reports, join_parts
 
     blobs = LocalBlobStore(tmp_path / "blobs")
     store = JobStore(jobs.client, 3600, blobs=blobs, inline_max_bytes=512)

@@ -19,7 +19,7 @@ from mediafleet.adapters.bundle import build_bundle, with_claims
 from mediafleet.adapters.prov import to_turtle
 from mediafleet.adapters.stream import read_bundle_lines, write_bundle_lines
 from mediafleet.admission import Admission
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 from mediafleet.contract import EvidenceBundle
 from mediafleet.contract.bundle import CallerClaims
 from mediafleet.contract.errors import ErrorCode

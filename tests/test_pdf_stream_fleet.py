@@ -44,7 +44,7 @@ def spy(ranges, *args, **kwargs):
     jobs = ranges._jobs
     record = jobs.get(ranges._job_id)
     root = Path(os.environ["MEDIAFLEET_BLOB_ROOT"])
-    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.blobs.local import LocalBlobStore
     store = LocalBlobStore(root)
     if os.environ.get("MF_TEST_HIDE_JOINED"):  # the joined outcome's blob moved away (put back by the test)
         path = store._path(record.outcome_ref)
@@ -144,7 +144,7 @@ def test_the_streamed_path_never_reads_the_joined_outcome(split_fleet, tmp_path:
     assert streamed.returncode == 0, streamed.stderr
     assert aside.is_file() and "mf-test: from the ranges: True" in streamed.stderr, streamed.stderr
     # The joined outcome put back: the held-whole path's files, for the reference
-    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.blobs.local import LocalBlobStore
 
     digest = "sha256:" + hashlib.sha256(aside.read_bytes()).hexdigest()
     target = LocalBlobStore(Path(split_fleet["MEDIAFLEET_BLOB_ROOT"]))._path(digest)
@@ -191,7 +191,7 @@ def test_a_job_that_is_not_split_or_that_failed_gives_the_held_paths_files_and_s
 def test_a_brief_read_leaves_the_parts_reports_out_but_the_one_kept(jobs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """What the writing waiter reads at each slice: which parts reported, not what (a long
     document's ranges report tens of megabytes into the record), but the own task's report, kept."""
-    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.blobs.local import LocalBlobStore
     from mediafleet.contract.jobs import JobState
     from mediafleet.contract.manifest import default_manifest
     from mediafleet.workers.runner import run_request

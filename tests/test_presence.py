@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mediafleet.presence import Announcer, live_workers, worker_key
+from mediafleet.fleet.presence import Announcer, live_workers, worker_key
 
 
 @pytest.mark.integration

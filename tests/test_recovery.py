@@ -21,8 +21,8 @@ import pytest
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState
 from mediafleet.contract.manifest import Modality
 from mediafleet.dispatch import Dispatcher
-from mediafleet.jobstore import JobStore
-from mediafleet.presence import HEARTBEAT_S, Announcer, worker_key
+from mediafleet.fleet.store import JobStore
+from mediafleet.fleet.presence import HEARTBEAT_S, Announcer, worker_key
 from mediafleet.settings import Settings
 from mediafleet.workers.boot import held_jobs
 from tests.helpers import wait_for

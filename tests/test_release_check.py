@@ -14,11 +14,11 @@ import pytest
 
 from mediafleet.adapters.ids import job_id as make_job_id
 from mediafleet.admission import Admission
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 from mediafleet.contract.errors import ErrorCode
 from mediafleet.contract.jobs import ExtractRequest, JobState
 from mediafleet.contract.manifest import Manifest, default_manifest
-from mediafleet.jobstore import JobStore
+from mediafleet.fleet.store import JobStore
 from mediafleet.settings import Settings
 from mediafleet.workers.middleware import Delivery, ReleaseCheck, fleet_middleware, run_chain
 from mediafleet.workers.parts import named_job_id, plan

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mediafleet.contract import EvidenceBundle
-from mediafleet.cli import _samples
+from mediafleet.cli.inputs import bundled_samples
 from mediafleet.dispatch import Dispatcher
 from mediafleet.report import ReportInputs, build_report, store_inputs
 from mediafleet.settings import Settings
@@ -20,7 +20,7 @@ from tests.media import text_pdf
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium is not installed (tests/run.sh installs it)")
 
-SAMPLES = [p.name for p in _samples()]
+SAMPLES = [p.name for p in bundled_samples()]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Dispatcher:
 
 @pytest.fixture(scope="module")
 def sample_bundles(fleet: Dispatcher) -> dict[str, EvidenceBundle]:
-    bundles = {p.name: fleet.submit(p).bundle() for p in _samples()}
+    bundles = {p.name: fleet.submit(p).bundle() for p in bundled_samples()}
     assert all(b.status == "ok" for b in bundles.values())
     return bundles
 
@@ -119,7 +119,7 @@ def test_text_layer_and_ocr_lines_are_told_apart(fleet: Dispatcher, tmp_path: Pa
 
     doc = pymupdf.open(stream=text_pdf(1), filetype="pdf")
     scan = doc.new_page(width=595, height=842)
-    notice = next(p for p in _samples() if p.suffix == ".png")
+    notice = next(p for p in bundled_samples() if p.suffix == ".png")
     scan.insert_image(pymupdf.Rect(40, 100, 555, 330), filename=str(notice))
     bundle = fleet.submit(doc.tobytes()).bundle()
     assert bundle.status == "ok"

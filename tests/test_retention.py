@@ -15,15 +15,15 @@ import pytest
 from mediafleet.contract import default_manifest
 from mediafleet.contract.errors import Unavailable
 from mediafleet import LocalBlobStore, Settings
-from mediafleet.blobstore import open_store
-from mediafleet.retention import (
+from mediafleet.blobs.local import open_store
+from mediafleet.blobs.retention import (
     Retention,
     collect_garbage,
     expire_results,
     gc,
     live_references,
 )
-from mediafleet.s3store import REFRESH_S, S3BlobStore
+from mediafleet.blobs.s3 import REFRESH_S, S3BlobStore
 from tests.conftest import free_port
 
 WINDOW = Retention(blob_s=1000, temp_s=100, result_ttl_s=500)
@@ -243,7 +243,7 @@ def test_gc_reaches_a_tls_redis_with_the_settings_tls_options(tmp_path: Path) ->
     private CA is verified against the CA file the settings name, with the client certificate."""
     import ssl
 
-    from mediafleet.retention import _redis_for
+    from mediafleet.blobs.retention import _redis_for
 
     ca, cert, key = (tmp_path / n for n in ("ca.pem", "client.pem", "client.key"))
     settings = Settings(broker_url="rediss://127.0.0.1:1/0", blob_root=tmp_path, redis_tls_ca_file=ca,

@@ -16,8 +16,8 @@ import pytest
 from mediafleet.contract import ArtifactRef, ErrorCode, ExtractRequest, default_manifest
 from mediafleet.contract.errors import IntegrityError, Unavailable
 from mediafleet import Dispatcher, LocalBlobStore, Settings
-from mediafleet.blobstore import open_store
-from mediafleet.s3store import S3BlobStore, parse_blob_url
+from mediafleet.blobs.local import open_store
+from mediafleet.blobs.s3 import S3BlobStore, parse_blob_url
 from tests.conftest import AWS_ENV, MotoServer, free_port
 from tests.helpers import without_run
 from tests.media import text_pdf
@@ -189,7 +189,7 @@ def test_each_process_builds_its_own_client(store: S3BlobStore, monkeypatch: pyt
     """A client made before a prefork pool forks is not reused by the children."""
     first = store._client()
     assert store._client() is first
-    monkeypatch.setattr("mediafleet.s3store.os.getpid", lambda: -1)
+    monkeypatch.setattr("mediafleet.blobs.s3.os.getpid", lambda: -1)
     assert store._client() is not first
 
 

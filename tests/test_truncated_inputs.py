@@ -45,7 +45,7 @@ def _run_pdf(data: bytes, tmp_path: Path):  # type: ignore[no-untyped-def]
 
     from mediafleet.contract.common import sha256_digest
     from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
-    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.blobs.local import LocalBlobStore
     from mediafleet.workers.runner import run_request
 
     store = LocalBlobStore(tmp_path / "blobs")

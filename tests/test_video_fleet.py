@@ -8,7 +8,7 @@ import pytest
 
 from mediafleet.contract.errors import ErrorCode
 from mediafleet import Dispatcher, Settings
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 from tests.helpers import assert_engine_valid, without_run
 from tests.clips import write_clip
 

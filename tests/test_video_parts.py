@@ -17,7 +17,7 @@ from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outc
 from mediafleet.contract.manifest import Modality, default_manifest
 from mediafleet.contract.video import VideoOptions, VideoResult
 from mediafleet import Dispatcher, Settings
-from mediafleet.jobstore import JobStore
+from mediafleet.fleet.store import JobStore
 from tests.helpers import wait_for, without_run
 from tests.clips import write_clip
 from mediafleet.workers import parts

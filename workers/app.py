@@ -42,11 +42,12 @@ from redis.exceptions import RedisError
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.contract.manifest import Capability, Manifest
-from mediafleet.blobstore import BlobStore, open_store
-from mediafleet.jobstore import JobStore, Started, delivery_taker, task_result_writer
+from mediafleet.blobs.local import BlobStore, open_store
+from mediafleet.fleet.store import JobStore, Started, delivery_taker, task_result_writer
 from mediafleet.settings import Settings
 from mediafleet.workers.boot import stop_worker
-from mediafleet.workers.middleware import Delivery, Skip, fleet_middleware, join_parts, report, run_chain
+from mediafleet.fleet.reports import join_parts, report
+from mediafleet.workers.middleware import Delivery, Skip, fleet_middleware, run_chain
 from mediafleet.workers.runner import run_request
 
 __all__ = ["EXTRACT_TASK", "FleetConsumer", "create_app", "extract_message", "job_store", "join_parts",
@@ -100,7 +101,7 @@ def extract_message(app: Celery, request: ExtractRequest, capability: Capability
     """The message :func:`send_extract` would put on the queue, made by the same call (Celery's
     ``send_task``: its headers, limits and priority, signed with signing on) but not pushed:
     (the Redis list kombu would push it on, the payload), for the job store's claim to push in the
-    same step as it writes the record (:meth:`mediafleet.jobstore.JobStore.claim_routed`).
+    same step as it writes the record (:meth:`mediafleet.fleet.store.JobStore.claim_routed`).
 
     Later messages to the same queue, with the same limits and priority, from the same thread, are
     made from the first one's form (:class:`_MessageForm`: its job's fields, the body and a new
@@ -241,7 +242,7 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
     """Celery's Redis result backend, less the result subscription ``send_task`` opens for each
     task it sends (and drops again when the result object is collected): a subscribe and an
     unsubscribe per job on the dispatcher. Nobody here waits through ``AsyncResult.get``: a job's
-    waiter wakes on its own subscription (:class:`mediafleet.jobstore.Watch`), which follows the
+    waiter wakes on its own subscription (:class:`mediafleet.fleet.store.Watch`), which follows the
     task's result channel too. ``AsyncResult.get`` still works (it subscribes when it waits)."""
 
     def on_task_call(self, producer: Any, task_id: str) -> None:
@@ -261,7 +262,7 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
         otherwise store its failure over the task of a later submission of the same job, whose
         waiters would read it as theirs and fail without the job having run (found with Redis away
         for 40 s under running jobs). The check and the write are one step in Redis
-        (:func:`mediafleet.jobstore.task_result_writer`). Tasks without a token write as Celery does.
+        (:func:`mediafleet.fleet.store.task_result_writer`). Tasks without a token write as Celery does.
         """
         kwargs_of_task = getattr(request, "kwargs", None)
         token = kwargs_of_task.get("token") if isinstance(kwargs_of_task, dict) else None
@@ -356,7 +357,7 @@ return 1
 
 # The header a fleet task's message gets from the consumer that counted its delivery as it took it
 # (:class:`_FleetQoS`): [the delivery's number, the record's state before it, the parts (name -> job
-# id)], what :meth:`mediafleet.jobstore.JobStore.start` gives. Only that consumer sets it: any other
+# id)], what :meth:`mediafleet.fleet.store.JobStore.start` gives. Only that consumer sets it: any other
 # value is removed before the message goes further.
 TAKEN_HEADER = "mediafleet_taken"
 
@@ -425,7 +426,7 @@ class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
         """Records a delivery the consumer has just taken off its queue.
 
         A fleet task's delivery (a plain JSON message, in a worker whose consumer counts them) is
-        counted in its job's record by the same step (:func:`mediafleet.jobstore.delivery_taker`),
+        counted in its job's record by the same step (:func:`mediafleet.fleet.store.delivery_taker`),
         and the count handed to the pool process in the message's :data:`TAKEN_HEADER`: the
         record's start costs no round trip of its own before the job runs (0.3-0.5 ms of a
         one-page job's round trip on 2 cores). The header is added after the delivery is recorded,
@@ -499,7 +500,7 @@ class _FleetChannel(kombu_redis.Channel):  # type: ignore[misc]
     _taker: tuple[Any, Callable[..., Any]] | None = None
 
     def taker(self) -> Callable[..., Any]:
-        """:func:`mediafleet.jobstore.delivery_taker` on this channel's client, made once per client."""
+        """:func:`mediafleet.fleet.store.delivery_taker` on this channel's client, made once per client."""
         with self.conn_or_acquire() as client:
             if self._taker is None or self._taker[0] is not client:
                 self._taker = (client, delivery_taker(client))

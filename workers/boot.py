@@ -4,7 +4,7 @@
 :func:`boot_worker` checks that the worker can serve its device class, then runs a Celery worker
 on the app of :func:`mediafleet.workers.app.create_app` with this worker's lifecycle attached for
 as long as it runs: each pool process configures its engines; the main process announces the
-worker's presence (:mod:`mediafleet.presence`) and, after each heartbeat, queues the held jobs it
+worker's presence (:mod:`mediafleet.fleet.presence`) and, after each heartbeat, queues the held jobs it
 may run and, with ``recover_lost_workers`` (the default), the started jobs of lost workers.
 
 Recovery bound: a lost worker's presence key expires ``TTL_S`` (15 s) after its last heartbeat
@@ -34,8 +34,8 @@ from celery.signals import worker_process_init, worker_ready, worker_shutdown
 
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass, Manifest
-from mediafleet.jobstore import JobStore, eviction_warning
-from mediafleet.presence import HEARTBEAT_S, TTL_S, Announcer
+from mediafleet.fleet.store import JobStore, eviction_warning
+from mediafleet.fleet.presence import HEARTBEAT_S, TTL_S, Announcer
 from mediafleet.settings import Settings
 
 __all__ = ["BootRefused", "Steadiness", "WorkerOptions", "WorkerRetired", "boot_worker", "held_jobs", "recover_lost",
@@ -189,8 +189,8 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
 
 def _warn_of_eviction(jobs: JobStore) -> None:
     """Say at start-up, in the worker's log, when the fleet's Redis may evict its keys
-    (:func:`~mediafleet.jobstore.eviction_warning`); ``mediafleet status`` says it too."""
-    from mediafleet.unreachable import redis_away_errors
+    (:func:`~mediafleet.fleet.store.eviction_warning`); ``mediafleet status`` says it too."""
+    from mediafleet.fleet.unreachable import redis_away_errors
 
     try:
         warning = eviction_warning(jobs.client)

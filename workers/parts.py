@@ -305,7 +305,7 @@ def join(request: ExtractRequest, reported: Mapping[str, Outcome | None], capabi
          manifest: Manifest) -> Any:
     """The caller's outcome from its parts' (by name; None: never reported, e.g. lost).
 
-    ``reported`` may read each report when asked (:func:`mediafleet.workers.middleware.join_parts`
+    ``reported`` may read each report when asked (:func:`mediafleet.fleet.reports.join_parts`
     passes the record's, so a long split document's ranges are never all in memory), and the
     result is an :class:`Outcome`, or a kind's outcome written as it is read (a split PDF's
     :class:`mediafleet.workers.pdf.split.JoinedPages`: ``job_id``, ``status``, ``error``, and

@@ -28,7 +28,7 @@ from mediafleet.contract.errors import (
 )
 from mediafleet.contract.jobs import ExtractRequest, Outcome
 from mediafleet.contract.manifest import DeviceClass, Manifest
-from mediafleet.blobstore import BlobStore
+from mediafleet.blobs.local import BlobStore
 from mediafleet.workers.engines import configure, engine_config, machine_fault, mark_broken
 from mediafleet.workers.extractor import load_extractor
 from mediafleet.workers.parts import join_inline, narrow, options_for, part_capabilities, verify_result

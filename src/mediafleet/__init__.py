@@ -1,6 +1,6 @@
 """mediafleet: the media sidecar fleet. ``delegate_extract`` is the entry point ingestion jobs call.
 
-Names are imported on first use, so a worker importing ``mediafleet.blobstore`` does not pull in
+Names are imported on first use, so a worker importing ``mediafleet.blobs.local`` does not pull in
 the dispatcher (and the dispatcher can import the workers' runner without a cycle).
 """
 
@@ -22,10 +22,10 @@ __all__ = [
 ]
 
 _WHERE = {
-    "BlobStore": "mediafleet.blobstore",
-    "LocalBlobStore": "mediafleet.blobstore",
-    "S3BlobStore": "mediafleet.s3store",
-    "open_store": "mediafleet.blobstore",
+    "BlobStore": "mediafleet.blobs.local",
+    "LocalBlobStore": "mediafleet.blobs.local",
+    "S3BlobStore": "mediafleet.blobs.s3",
+    "open_store": "mediafleet.blobs.local",
     "Dispatcher": "mediafleet.dispatch",
     "Job": "mediafleet.dispatch",
     "delegate_extract": "mediafleet.dispatch",

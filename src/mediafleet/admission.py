@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypedDict
 
 from mediafleet.adapters.ids import job_id as make_job_id
-from mediafleet.blobstore import BlobStore
+from mediafleet.blobs.local import BlobStore
 from mediafleet.contract.bundle import CallerClaims
 from mediafleet.contract.digests import hash_stream
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InputRejected, PublicError
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
 from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
-from mediafleet.job import Job, refused_job
+from mediafleet.orchestrators.job import Job, refused_job
 from mediafleet.settings import Settings
 from mediafleet.workers.engines import numerics
 from mediafleet.workers.extractor import ProgressFn

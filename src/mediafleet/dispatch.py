@@ -1,7 +1,7 @@
 """``delegate_extract`` and :class:`Dispatcher`: the one door ingestion jobs submit through.
 
 Each submission is admitted first (:mod:`mediafleet.admission`: peek, sniff, manifest check, store,
-job id), then handed to the dispatcher's orchestrator (:mod:`mediafleet.orchestrator`: in-process
+job id), then handed to the dispatcher's orchestrator (:mod:`mediafleet.orchestrators.protocol`: in-process
 without a broker, the Celery fleet with one). The caller always gets a :class:`Job` whose bundle is
 the evidence; a refusal is a job that is already ``failed``, never a half-done one. What fails
 below this door for a reason of ours (a blob store that cannot take the artifact) is translated
@@ -16,21 +16,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Unpack
 
 from mediafleet.admission import HEAD, Admission, Artifact, Submission, claims_for, digest_of, peek, requested
-from mediafleet.blobstore import BlobStore, open_store
+from mediafleet.blobs.local import BlobStore, open_store
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
 from mediafleet.contract.digests import DIGEST
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InputRejected, MediafleetError, Phase, Unavailable
 from mediafleet.contract.jobs import JobState
 from mediafleet.contract.manifest import Capability, Manifest
-from mediafleet.job import Job, claimed
-from mediafleet.jobstore import JobStore, queue_lists  # noqa: F401 - queue_lists: importable from here, as before
-from mediafleet.orchestrator import Orchestrator, orchestrator_for
+from mediafleet.orchestrators.job import Job, claimed
+from mediafleet.fleet.store import JobStore, queue_lists  # noqa: F401 - queue_lists: importable from here, as before
+from mediafleet.orchestrators.protocol import Orchestrator, orchestrator_for
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
-from mediafleet.unreachable import translating
+from mediafleet.fleet.unreachable import translating
 
 if TYPE_CHECKING:
-    from mediafleet.orchestrator_celery import CeleryOrchestrator
+    from mediafleet.orchestrators.celery_fleet import CeleryOrchestrator
 
 __all__ = ["Dispatcher", "Job", "Submission", "delegate_extract"]
 
@@ -188,7 +188,7 @@ class Dispatcher:
         return self._fleet().jobs()
 
     def _fleet(self) -> CeleryOrchestrator:
-        from mediafleet.orchestrator_celery import CeleryOrchestrator
+        from mediafleet.orchestrators.celery_fleet import CeleryOrchestrator
 
         if not isinstance(self.orchestrator, CeleryOrchestrator):
             raise ValueError("the fleet needs a redis:// or rediss:// result backend")

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from mediafleet.blobs import parse_blob_url
+from mediafleet.blobs.protocol import parse_blob_url
 from mediafleet.contract.manifest import DeviceClass, Manifest, load_manifest
 
 __all__ = ["Settings"]
@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     outcome_inline_max_bytes: int | None = Field(
         None, ge=0, description="a finished job's outcome JSON larger than this is kept in the blob store and its "
         "record holds only the digest and size (read back and re-hashed by the waiter); smaller ones stay inline "
-        "in the record. Unset: 1 MiB (mediafleet.jobstore.INLINE_OUTCOME_MAX_BYTES)",
+        "in the record. Unset: 1 MiB (mediafleet.fleet.store.INLINE_OUTCOME_MAX_BYTES)",
     )
     device: DeviceClass = Field(DeviceClass.CPU, description="the device class this worker serves")
     threads: int = Field(1, ge=1, description="threads per worker process for each engine")
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     @field_validator("engine_owners", mode="after")
     @classmethod
     def _check_owners(cls, value: list[str]) -> list[str]:
-        from mediafleet.caller_digest import parse_owner
+        from mediafleet.mcp.caller_digest import parse_owner
 
         for entry in value:
             parse_owner(entry)
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
 
     def engine_owner_scopes(self) -> list[str]:
         """The configured engine owners as the engine's owner scopes."""
-        from mediafleet.caller_digest import parse_owner
+        from mediafleet.mcp.caller_digest import parse_owner
 
         return [parse_owner(entry) for entry in self.engine_owners]
 

@@ -88,7 +88,7 @@ def test_a_full_disk_on_a_worker_fails_its_job_retryably(small_disk: Path, tmp_p
     ``internal_error``, not retryable; the disk freed, resubmitting returned it for good."""
     from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
     from mediafleet.contract.manifest import default_manifest
-    from mediafleet.blobstore import LocalBlobStore
+    from mediafleet.blobs.local import LocalBlobStore
     from tests.clips import write_clip
     from mediafleet.workers.runner import run_request
 

@@ -16,7 +16,7 @@ import redis
 from mediafleet.contract import JobState
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, Outcome
 from mediafleet.contract.manifest import Modality, default_manifest
-from mediafleet.jobstore import JobStore
+from mediafleet.fleet.store import JobStore
 from tests.chaos.conftest import freeze, thaw
 from tests.helpers import wait_for
 from mediafleet.workers.app import join_parts, send_extract

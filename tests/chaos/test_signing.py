@@ -16,7 +16,7 @@ import redis
 from mediafleet.contract.common import sha256_digest
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
 from mediafleet import Dispatcher, Settings
-from mediafleet.blobstore import LocalBlobStore
+from mediafleet.blobs.local import LocalBlobStore
 from tests.chaos.test_faults import _cli
 from tests.media import text_pdf
 from mediafleet.workers.runner import run_request

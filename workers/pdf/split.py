@@ -186,7 +186,7 @@ def _pages_of(reported: Mapping[str, Outcome | None], name: str) -> Callable[[],
     def pages() -> list[PdfPage]:
         report = reported[name]
         if report is None or not isinstance(report.result, PdfResult):
-            from mediafleet.jobstore import ReportsGone
+            from mediafleet.fleet.store import ReportsGone
 
             raise ReportsGone(f"the report of {name} went while the joined outcome was written")
         return report.result.pages

@@ -63,7 +63,7 @@ from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.prov import turtle_lines
 from mediafleet.adapters.verify import loci_valid
 from mediafleet.adapters.stream import edge_line, end_line, head_line, node_line, prov_line, write_bundle_lines
-from mediafleet.blobstore import BlobStore
+from mediafleet.blobs.local import BlobStore
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
 from mediafleet.contract.common import Producer
 from mediafleet.contract.errors import MediafleetError, PublicError

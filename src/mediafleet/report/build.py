@@ -22,7 +22,7 @@ from typing import Any
 from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.contract.digests import digest_of_ref
 from mediafleet.contract.errors import IntegrityError
-from mediafleet.blobstore import BlobStore, hash_file
+from mediafleet.blobs.local import BlobStore, hash_file
 from mediafleet.report import media
 
 __all__ = ["DEFAULT_MAX_EMBED_BYTES", "ReportInputs", "build_report", "load_bundles", "report_file_name", "store_inputs"]
