@@ -12,6 +12,7 @@ import pytest
 from rdflib import Graph
 
 from mediafleet.contract import EvidenceBundle, Manifest
+from mediafleet.contract.manifest import load_manifest
 from tests.helpers import assert_engine_valid
 from tests.media import text_pdf
 
@@ -85,3 +86,52 @@ def test_a_widening_operator_manifest_is_refused_at_start(tmp_path: Path) -> Non
     path.write_text(json.dumps({"capabilities": {"ocr_pdf": {"limits": {"max_bytes": 10**15}}}}))
     proc = run("manifest", tmp_path=tmp_path, env={"MEDIAFLEET_MANIFEST_FILE": str(path)})
     assert proc.returncode == 2 and "widens" in proc.stderr
+
+
+def test_json_gives_one_line_per_input_in_input_order_refused_ones_included(tmp_path: Path) -> None:
+    good = tmp_path / "good.pdf"
+    good.write_bytes(text_pdf(1))
+    gif = tmp_path / "notice.gif"
+    gif.write_bytes(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+    unknown = tmp_path / "mystery.bin"
+    unknown.write_bytes(bytes(range(256)) * 16)
+    empty = tmp_path / "empty.pdf"
+    empty.write_bytes(b"")
+    inputs = [gif, tmp_path / "missing.pdf", good, unknown, empty]
+    proc = run("extract", "--json", *map(str, inputs), tmp_path=tmp_path)
+    # One line per input, in the order given; a failed one makes the exit code 1 (docs/cli.md).
+    assert proc.returncode == 1, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [line["status"] for line in lines] == ["failed", "failed", "ok", "failed", "failed"]
+    gif_line, missing, ok, unknown_line, empty_line = lines
+    supported = sorted({t for c in load_manifest().capabilities.values() for t in c.media_types})
+    for refused, media_type in ((gif_line, "image/gif"), (unknown_line, None)):
+        bundle = EvidenceBundle.model_validate(refused)
+        assert bundle.error is not None and bundle.error.code == "unsupported_media_type"
+        assert bundle.artifact.media_type == media_type and bundle.nodes
+        assert bundle.error.message.endswith("supported: " + ", ".join(supported)), bundle.error.message
+    assert "convert it to PNG" in gif_line["error"]["message"]
+    assert missing == {"format": "mediafleet.input-failure/v1", "input": "missing.pdf", "status": "failed",
+                       "job_id": None, "error": {"code": "input_unavailable", "message": "no such file",
+                                                 "retryable": False}}
+    assert EvidenceBundle.model_validate(ok).artifact.bytes == len(text_pdf(1))
+    assert EvidenceBundle.model_validate(empty_line).error.code == "empty_input"  # type: ignore[union-attr]
+    # Each failure is also one line on stderr, naming its input.
+    for name in ("notice.gif", "missing.pdf", "mystery.bin", "empty.pdf"):
+        assert f"{name}: " in proc.stderr
+    # `mediafleet report` reads the same lines: the input that gave no bundle is left out.
+    (tmp_path / "lines.jsonl").write_text(proc.stdout)
+    reported = run("report", str(tmp_path / "lines.jsonl"), "-o", str(tmp_path / "pages"), tmp_path=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    assert len(list((tmp_path / "pages").glob("*.html"))) == 4
+
+
+def test_without_json_a_type_nothing_reads_is_still_a_mistake_and_nothing_runs(tmp_path: Path) -> None:
+    good = tmp_path / "good.pdf"
+    good.write_bytes(text_pdf(1))
+    gif = tmp_path / "notice.gif"
+    gif.write_bytes(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+    proc = run("extract", str(good), str(gif), tmp_path=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("mediafleet extract: notice.gif: GIF (image/gif) is not supported; convert it to "
+                                   "PNG (or, if animated, to MP4)")

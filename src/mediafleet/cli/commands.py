@@ -46,7 +46,7 @@ def fleet_command(args: argparse.Namespace, settings: Any, manifest: Any) -> int
 
 
 def worker_command(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
-    from mediafleet.workers.boot import BootRefused, WorkerOptions, WorkerRetired, boot_worker
+    from mediafleet.workers.runtime.boot import BootRefused, WorkerOptions, WorkerRetired, boot_worker
 
     if args.events:
         settings = settings.model_copy(update={"task_events": True})
@@ -121,6 +121,14 @@ def _bundle_title(path: Path | None) -> str | None:
     return match.group(1) if match else path.name.removesuffix(".json").removesuffix(".bundle")
 
 
+def _without_input_failures(text: str) -> str:
+    """``extract --json`` output less its lines for inputs that gave no bundle (nothing to draw)."""
+    from mediafleet.cli.extract import INPUT_FAILURE_FORMAT
+
+    marker = f'{{"format":"{INPUT_FAILURE_FORMAT}"'
+    return "\n".join(line for line in text.splitlines() if not line.startswith(marker)) if marker in text else text
+
+
 def report_command(args: argparse.Namespace, settings: Any) -> int:
     from pydantic import ValidationError
 
@@ -138,7 +146,7 @@ def report_command(args: argparse.Namespace, settings: Any) -> int:
             print(f"mediafleet report: {shown}: no such file", file=sys.stderr)
             return EXIT_FAILED
         try:
-            text = sys.stdin.read() if path is None else path.read_text(encoding="utf-8")
+            text = _without_input_failures(sys.stdin.read() if path is None else path.read_text(encoding="utf-8"))
             bundles = load_bundles(text)
         except (ValueError, ValidationError, UnicodeDecodeError) as exc:
             detail = str(exc).splitlines()[0] if isinstance(exc, ValueError) and not isinstance(exc, ValidationError) else ""

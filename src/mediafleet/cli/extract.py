@@ -13,7 +13,7 @@ from mediafleet.cli.inputs import bundled_samples
 from mediafleet.cli.lines import broker_shown
 from mediafleet.fleet.unreachable import unreachable_errors
 
-__all__ = ["out_problem", "run"]
+__all__ = ["INPUT_FAILURE_FORMAT", "out_problem", "run"]
 
 
 def out_problem(out: Path | None) -> str | None:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     import logging
 
     from mediafleet.dispatch import Dispatcher
-    from mediafleet.cli.inputs import Input, InputUnavailable, UsageError, check_input, open_input
+    from mediafleet.cli.inputs import Input, InputUnavailable, UnsupportedType, UsageError, check_input, open_input
 
     # The CLI reports every failure itself, on one line; the workers' log lines would only repeat it.
     logging.getLogger().addHandler(logging.NullHandler())
@@ -56,8 +56,10 @@ def run(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     options = dict(args.option)
     status = EXIT_OK
     # Every local file is opened and checked before anything runs: a mistake stops the command with
-    # nothing done. Standard input and URLs are read when their turn comes, then checked alike.
-    queue: list[Input | str] = []
+    # nothing done. Standard input and URLs are read when their turn comes, then checked alike. With
+    # --json every input keeps its place: one that cannot be read, or whose type nothing reads, is
+    # a failed line in its turn, not a mistake.
+    queue: list[Input | str | _Unread] = []
     try:
         for spec in specs:
             if spec == "-" or "://" in spec:
@@ -68,8 +70,15 @@ def run(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
             except InputUnavailable as exc:
                 print(f"mediafleet extract: {exc}", file=sys.stderr)
                 status = EXIT_FAILED
+                if args.json:
+                    queue.append(_Unread(str(exc)))
                 continue
-            capability = check_input(item, manifest, args.action, options)
+            try:
+                capability = check_input(item, manifest, args.action, options)
+            except UnsupportedType:
+                if not args.json:
+                    raise
+                capability = None  # its line is the dispatcher's failed bundle
             _check_opencv(capability)
             queue.append(item)
     except UsageError as exc:
@@ -104,11 +113,16 @@ def _extract_all(queue: list[Any], args: argparse.Namespace, settings: Any, mani
 
     saved = _Saved(args.out if args.out else (Path.cwd() if args.report else None))
     for entry in queue:
+        if isinstance(entry, _Unread):
+            _unavailable_line(entry.message)
+            continue
         try:
             item = entry if isinstance(entry, Input) else open_input(entry, manifest, stdin=sys.stdin.buffer)
         except InputUnavailable as exc:
             print(f"mediafleet extract: {exc}", file=sys.stderr)
             status = EXIT_FAILED
+            if args.json:
+                _unavailable_line(str(exc), retryable="://" in entry)
             continue
         except UsageError as exc:
             print(f"mediafleet extract: {exc}", file=sys.stderr)
@@ -170,6 +184,44 @@ def _stop_waiting(dispatcher: Any) -> None:
                     return
 
 
+class _Unread:
+    """A local file that could not be opened: under ``--json``, its failed line in its turn."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+INPUT_FAILURE_FORMAT = "mediafleet.input-failure/v1"
+
+
+def _failure_line(name: str, code: str, message: str, *, retryable: bool = False, job_id: str | None = None) -> None:
+    """``--json``'s line for an input that gave no bundle (it could not be read, or the wait ran
+    out): its name, a code (an error code, or ``input_unavailable``) and the one-line reason."""
+    import json
+
+    line = {"format": INPUT_FAILURE_FORMAT, "input": name, "status": "failed", "job_id": job_id,
+            "error": {"code": code, "message": message, "retryable": retryable}}
+    sys.stdout.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _unavailable_line(said: str, *, retryable: bool = False) -> None:
+    """The failed line of an input that could not be had, from its one-line message (``name: why``)."""
+    name, _, why = said.partition(": ")
+    _failure_line(name, "input_unavailable", why or said, retryable=retryable)
+
+
+def _with_guidance(bundle: Any, refused: Any) -> Any:
+    """The dispatcher's failed bundle of an input whose type nothing reads, its message saying what
+    to do and which types are read (the code and everything else as the dispatcher made them)."""
+    from mediafleet.contract.errors import ErrorCode
+
+    error = bundle.error
+    if bundle.status != "failed" or error is None or error.code != ErrorCode.UNSUPPORTED_MEDIA_TYPE:
+        return bundle
+    return bundle.model_copy(update={"error": error.model_copy(update={"message": refused.public()})})
+
+
 class _Saved:
     """Where ``--out``/``--report`` files go, and how many were written."""
 
@@ -184,11 +236,17 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
     from mediafleet.contract.bundle import EvidenceBundle
     from mediafleet.contract.errors import FleetUnreachable, MediafleetError, TimedOut
     from mediafleet.contract.jobs import JobState
-    from mediafleet.cli.inputs import check_input
+    from mediafleet.cli.inputs import UnsupportedType, check_input
     from mediafleet.report.text import summary_lines
     from mediafleet.workers.registry import progress_unit
 
-    capability = check_input(item, manifest, args.action, options)
+    refused: UnsupportedType | None = None
+    try:
+        capability = check_input(item, manifest, args.action, options)
+    except UnsupportedType as exc:
+        if not args.json:
+            raise
+        capability, refused = None, exc  # the dispatcher refuses it too, with a failed bundle
     _check_opencv(capability)
     unit = progress_unit(capability.action) if capability else "items"
     show = _Progress(item.name, unit, enabled=sys.stderr.isatty())
@@ -230,6 +288,9 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         job_id = job.id if job is not None else "?"
         print(f"{item.name}: stopped waiting after {args.timeout:g} s; job {job_id} goes on: "
               f"mediafleet status {job_id}", file=sys.stderr)
+        if args.json:
+            _failure_line(item.name, "timeout", f"stopped waiting after {args.timeout:g} s; the job goes on",
+                          retryable=True, job_id=None if job is None else job.id)
         return EXIT_FAILED
     except KeyboardInterrupt:
         show.clear()
@@ -246,8 +307,14 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
     except MediafleetError as exc:
         show.clear()
         print(f"mediafleet extract: {item.name}: {exc.message}", file=sys.stderr)
+        if args.json:
+            public = exc.public()
+            _failure_line(item.name, public.code.value, public.message, retryable=public.retryable,
+                          job_id=None if job is None else job.id)
         return EXIT_FAILED
     show.clear()
+    if refused is not None:
+        bundle = _with_guidance(bundle, refused)
     status = _said_failed(item.name, bundle)
     saved.shown += 1
     if args.json:

@@ -24,7 +24,8 @@ from mediafleet.contract.errors import MediafleetError
 from mediafleet.contract.manifest import Capability, Manifest, OptionRule
 from mediafleet.sniff import sniff
 
-__all__ = ["Input", "InputUnavailable", "UsageError", "bundled_samples", "check_input", "describe_rule", "open_input"]
+__all__ = ["Input", "InputUnavailable", "UnsupportedType", "UsageError", "bundled_samples", "check_input", "describe_rule",
+           "open_input", "supported_types"]
 
 _HEAD = 4096
 _SPOOL_IN_MEMORY = 64 * 1024 * 1024
@@ -36,6 +37,26 @@ _RAW_PCM_SUFFIXES = (".pcm", ".raw", ".s16le", ".s16be", ".s24le", ".s32le", ".f
 
 class UsageError(Exception):
     """A mistake in the command: one line, exit code 2."""
+
+
+class UnsupportedType(UsageError):
+    """An input of a type no capability reads. Without ``--json`` a mistake (exit 2, nothing run);
+    with it, that input's line is a failed bundle (``unsupported_media_type``) and the others run.
+
+    Args:
+        name: the input as the user named it.
+        detail: what is wrong and what to do, without the name.
+        supported: the media types the manifest in force reads.
+    """
+
+    def __init__(self, name: str, detail: str, supported: list[str]) -> None:
+        super().__init__(f"{name}: {detail}")
+        self.name, self.detail, self.supported = name, detail, supported
+
+    def public(self) -> str:
+        """The bundle's message: what is wrong, and every type that is read (naming no file)."""
+        listed = "" if "supported:" in self.detail else f"; supported: {', '.join(self.supported)}"
+        return self.detail + listed
 
 
 class InputUnavailable(Exception):
@@ -228,6 +249,11 @@ def _check_options(capability: Capability, options: Mapping[str, Any]) -> None:
             raise UsageError(f"-o {name}: {capability.action}'s {name} takes {describe_rule(rule)}, not {_value(value)}")
 
 
+def supported_types(manifest: Manifest) -> list[str]:
+    """Every media type some capability of the manifest in force reads, sorted."""
+    return sorted({t for c in manifest.capabilities.values() for t in c.media_types})
+
+
 def check_input(item: Input, manifest: Manifest, action: str | None, options: Mapping[str, Any]) -> Capability | None:
     """The capability that will read ``item``, with ``options`` checked against it.
 
@@ -235,21 +261,22 @@ def check_input(item: Input, manifest: Manifest, action: str | None, options: Ma
     file, a type the manifest in force does not accept): it then gives a failed bundle.
 
     Raises:
-        UsageError: a type no capability reads (GIF, raw PCM, unrecognised bytes), or an option the
-            capability does not declare or a value outside what it allows.
+        UnsupportedType: a type no capability reads (GIF, raw PCM, unrecognised bytes).
+        UsageError: an option the capability does not declare or a value outside what it allows.
     """
     media_type = sniff(item.head)
     if not item.head:
         return None
+    supported = supported_types(manifest)
     if media_type in _NOT_SUPPORTED:
-        raise UsageError(f"{item.name}: {_NOT_SUPPORTED[media_type]} ({media_type}) is not supported; "
-                         "convert it to PNG (or, if animated, to MP4)")
+        raise UnsupportedType(item.name, f"{_NOT_SUPPORTED[media_type]} ({media_type}) is not supported; "
+                              "convert it to PNG (or, if animated, to MP4)", supported)
     if media_type is None:
         if item.suffix in _RAW_PCM_SUFFIXES:
-            raise UsageError(f"{item.name}: raw PCM (no header, so no rate or channels) is not supported; wrap it "
-                             "in WAV, e.g. ffmpeg -f s16le -ar 16000 -ac 1 -i in.pcm out.wav")
-        accepted = sorted({t for c in manifest.capabilities.values() for t in c.media_types})
-        raise UsageError(f"{item.name}: the type is not recognised from its bytes; supported: {', '.join(accepted)}")
+            raise UnsupportedType(item.name, "raw PCM (no header, so no rate or channels) is not supported; wrap it "
+                                  "in WAV, e.g. ffmpeg -f s16le -ar 16000 -ac 1 -i in.pcm out.wav", supported)
+        raise UnsupportedType(item.name, f"the type is not recognised from its bytes; supported: {', '.join(supported)}",
+                              supported)
     try:
         capability = manifest.for_media_type(media_type, action)
     except MediafleetError:
