@@ -80,6 +80,13 @@ def serve_mcp_command(args: argparse.Namespace, settings: Any, manifest: Any) ->
     if args.max_inline_bytes is not None and args.max_inline_bytes <= 0:
         print("mediafleet serve-mcp: --max-inline-bytes must be > 0", file=sys.stderr)
         return EXIT_USAGE
+    for name, value in (("--max-image-bytes", args.max_image_bytes), ("--client-timeout", args.client_timeout),
+                        ("--region-crops", args.region_crops)):
+        if value is not None and value < 0:
+            print(f"mediafleet serve-mcp: {name} must be >= 0", file=sys.stderr)
+            return EXIT_USAGE
+    if args.check_config is not None:
+        return _check_config(args, manifest)
     from mediafleet.mcp.server import TOOLS
 
     served = [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else list(TOOLS)
@@ -101,14 +108,62 @@ def serve_mcp_command(args: argparse.Namespace, settings: Any, manifest: Any) ->
     # stdout is the MCP wire under stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from mediafleet.dispatch import Dispatcher
-    from mediafleet.mcp.server import DEFAULT_MAX_INLINE_BYTES, SidecarTools, serve
+    from mediafleet.mcp.server import DEFAULT_MAX_INLINE_BYTES, DEFAULT_REGION_CROPS, SidecarTools, serve
 
+    wait = _wait(args, manifest)
+    if not settings.engine_owner_scopes():
+        print("mediafleet serve-mcp: MEDIAFLEET_ENGINE_OWNERS is not set: the callers' engine digests are kept, "
+              "not compared (not_compared); set it to their engine's owners (docs/callers.md)", file=sys.stderr)
     tools = SidecarTools(Dispatcher(settings, manifest=manifest),
-                         max_inline_bytes=args.max_inline_bytes or DEFAULT_MAX_INLINE_BYTES, wait_s=args.wait,
-                         detached=not args.http, served=served)
+                         max_inline_bytes=args.max_inline_bytes or DEFAULT_MAX_INLINE_BYTES,
+                         max_image_bytes=args.max_image_bytes,
+                         region_crops=DEFAULT_REGION_CROPS if args.region_crops is None else args.region_crops,
+                         embeddings=not args.no_embeddings, wait_s=wait, detached=not args.http, served=served)
     serve(tools, http=args.http, host=args.host, port=args.port, errors_as_is_error=args.is_error,
           upstream=args.upstream)
     return EXIT_OK
+
+
+def _wait(args: argparse.Namespace, manifest: Any) -> float | None:
+    """The wait of each call: ``--wait``, else derived from ``--client-timeout``; a warning on stderr
+    when the two disagree (the client would give up first, and the callers see "sidecar
+    unreachable"), or when a wait past the callers' default 60 s is not backed by a client timeout."""
+    from mediafleet.mcp.callers_config import CLIENT_DEFAULT_TIMEOUT_MS, wait_for
+
+    longest = manifest.max_hard_time_limit_s()
+    derived = wait_for(args.client_timeout, longest) if args.client_timeout is not None else None
+    if args.wait is None:
+        return derived
+    limit_ms = args.client_timeout if args.client_timeout is not None else CLIENT_DEFAULT_TIMEOUT_MS
+    if limit_ms and args.wait * 1000 >= limit_ms:
+        told = f"--client-timeout {limit_ms}" if args.client_timeout is not None else "the callers' default 60000 ms"
+        print(f"mediafleet serve-mcp: warning: --wait {args.wait:g} s is not under {told}: their client gives up "
+              "first and they see 'sidecar unreachable'; pass --client-timeout with the \"timeout\" of their "
+              "mcp_config.json instead of --wait", file=sys.stderr)
+    return args.wait
+
+
+def _check_config(args: argparse.Namespace, manifest: Any) -> int:
+    """``serve-mcp --check-config FILE``: each problem of the callers' config on one line."""
+    from mediafleet.mcp.callers_config import config_problems
+
+    try:
+        config = json.loads(args.check_config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = (exc.strerror or "cannot be read").lower() if isinstance(exc, OSError) else "not JSON"
+        print(f"mediafleet serve-mcp: --check-config {args.check_config.name}: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    callers: dict[str, list[str]] = {}
+    for capability in manifest.capabilities.values():
+        callers.setdefault(capability.provider, []).append(capability.tool)
+    url = f"http://{args.host}:{args.port}/mcp" if args.http else None
+    problems = config_problems(config if isinstance(config, dict) else {}, callers,
+                               http_client_timeout_ms=args.client_timeout, http_url=url)
+    for problem in problems:
+        print(f"{args.check_config.name}: {problem}")
+    if not problems:
+        print(f"{args.check_config.name}: every entry that reaches mediafleet returns in one call")
+    return EXIT_FAILED if problems else EXIT_OK
 
 
 def _bundle_title(path: Path | None) -> str | None:

@@ -126,10 +126,26 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--allow-remote", action="store_true",
                     help="allow a non-loopback --host (the server has no authentication of its own)")
     mc.add_argument("--max-inline-bytes", type=int,
-                    help="the most bytes one call carries inline, artifact in and images out (default 64 MiB)")
+                    help="the most bytes of artifact one call carries in artifact_b64 (default 1 GiB); over it, and "
+                         "over the HTTP body limit (its base64 plus 1 MiB), the answer is too_large")
+    mc.add_argument("--max-image-bytes", type=int,
+                    help="the most bytes of base64 images one response carries: thumbnail, region crops, keyframes "
+                         "(default the smaller of --max-inline-bytes and 64 MiB)")
+    mc.add_argument("--client-timeout", type=int, metavar="MS",
+                    help="the \"timeout\" the callers' mcp_config.json gives this server, in milliseconds (the same "
+                         "number; 0: none): each call waits for its job until 10 s before the client gives up")
     mc.add_argument("--wait", type=float,
-                    help="seconds a call waits for its job before answering 'still running, call again' (default 50, "
-                         "under the callers' 60 s; the job goes on and a retried call gets its result)")
+                    help="seconds a call waits for its job before answering 'still running, call again' (default: "
+                         "from --client-timeout, else 50, under the callers' default 60 s; the job goes on and a "
+                         "retried call gets its result)")
+    mc.add_argument("--region-crops", type=int, default=None, metavar="N",
+                    help="give at most N regions of an image a PNG crop, crop_png_b64 (longer side at most 512 px; "
+                         "default 64; 0: none)")
+    mc.add_argument("--no-embeddings", action="store_true",
+                    help="leave out each PDF page's text embedding (given when the wordllama wheel is installed)")
+    mc.add_argument("--check-config", type=Path, metavar="FILE",
+                    help="check the callers' mcp_config.json against this command line (timeouts, tools, "
+                         "MEDIAFLEET_ENGINE_OWNERS), print each problem, and exit (0: none, 1: some)")
     mc.add_argument("--is-error", action="store_true",
                     help="also set isError on failures (the callers' client raises on it and loses the error: "
                          "leave off for them)")

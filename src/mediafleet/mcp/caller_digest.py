@@ -27,12 +27,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from mediafleet.contract.bundle import CallerClaims
 from mediafleet.contract.digests import DIGEST, HEX
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, IntegrityError, Phase
 
-__all__ = ["ANONYMOUS_LOCAL", "ENGINE_CHUNK_SIZE", "check", "engine_blob_digest", "owner_scope", "parse_owner"]
+__all__ = ["ANONYMOUS_LOCAL", "ENGINE_CHUNK_SIZE", "ChunkHashes", "check", "chunk_hashes", "engine_blob_digest",
+           "owner_scope", "parse_owner"]
 
 ENGINE_CHUNK_SIZE = 1 << 20  # the callers' client default (BlobClient.DEFAULT_CHUNK_SIZE)
 _MANIFEST_VERSION = 2
@@ -121,22 +123,39 @@ def _manifest(scope: str, chunks: Sequence[str], lengths: Sequence[int], total: 
     return b"".join(out)
 
 
-def _chunks(data: bytes, chunk_size: int) -> tuple[list[str], list[int]]:
+@dataclass(frozen=True)
+class ChunkHashes:
+    """What the engine digest needs of an artifact: each ``chunk_size`` chunk's SHA-256 (hex) and
+    length, and the total; computed as the bytes pass (:mod:`mediafleet.mcp.inline`) or from bytes
+    held (:func:`chunk_hashes`)."""
+
+    hashes: tuple[str, ...]
+    lengths: tuple[int, ...]
+    total: int
+    chunk_size: int = ENGINE_CHUNK_SIZE
+
+
+def chunk_hashes(data: bytes, chunk_size: int = ENGINE_CHUNK_SIZE) -> ChunkHashes:
+    """The :class:`ChunkHashes` of ``data`` held whole."""
     view = memoryview(data)
     spans = range(0, len(data), chunk_size)
-    return ([hashlib.sha256(view[i:i + chunk_size]).hexdigest() for i in spans],
-            [min(chunk_size, len(data) - i) for i in spans])
+    return ChunkHashes(tuple(hashlib.sha256(view[i:i + chunk_size]).hexdigest() for i in spans),
+                       tuple(min(chunk_size, len(data) - i) for i in spans), len(data), chunk_size)
+
+
+def _engine_digest(chunks: ChunkHashes, scope: str) -> str:
+    return hashlib.sha256(_manifest(scope, chunks.hashes, chunks.lengths, chunks.total, chunks.chunk_size)).hexdigest()
 
 
 def engine_blob_digest(data: bytes, scope: str, chunk_size: int = ENGINE_CHUNK_SIZE) -> str:
     """The engine's blob digest of ``data`` uploaded by an owner of ``scope`` in ``chunk_size`` chunks."""
-    chunks, lengths = _chunks(data, chunk_size)
-    return hashlib.sha256(_manifest(scope, chunks, lengths, len(data), chunk_size)).hexdigest()
+    return _engine_digest(chunk_hashes(data, chunk_size), scope)
 
 
-def check(digest: object, data: bytes, sha256_hex: str, owners: Iterable[str] = (),
+def check(digest: object, data: bytes | ChunkHashes, sha256_hex: str, owners: Iterable[str] = (),
           chunk_size: int = ENGINE_CHUNK_SIZE) -> CallerClaims:
-    """Check the caller's ``digest`` against ``data`` (whose SHA-256 is ``sha256_hex``).
+    """Check the caller's ``digest`` against ``data`` (whose SHA-256 is ``sha256_hex``): the bytes,
+    or their :class:`ChunkHashes` (then ``chunk_size`` is theirs).
 
     Raises:
         CapabilityRefused: the digest is not 64 hex characters (with or without ``sha256:``).
@@ -155,9 +174,9 @@ def check(digest: object, data: bytes, sha256_hex: str, owners: Iterable[str] = 
     scopes = list(owners)
     if not scopes:
         return CallerClaims(digest=shown, digest_form="engine_blob", digest_check="not_compared")
-    chunks, lengths = _chunks(data, chunk_size)
+    chunks = data if isinstance(data, ChunkHashes) else chunk_hashes(data, chunk_size)
     for scope in scopes:
-        if hashlib.sha256(_manifest(scope, chunks, lengths, len(data), chunk_size)).hexdigest() == hex_digest:
+        if _engine_digest(chunks, scope) == hex_digest:
             return CallerClaims(digest=shown, digest_form="engine_blob", digest_check="engine_blob_manifest")
     raise IntegrityError("the digest is neither the SHA-256 of the bytes nor their engine blob digest for any "
                          "configured engine owner", phase=Phase.REQUEST)

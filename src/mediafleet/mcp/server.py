@@ -35,7 +35,6 @@ it: a retried call attaches (on the fleet by job id; in-process through
 from __future__ import annotations
 
 import base64
-import binascii
 import io
 import json
 import logging
@@ -51,7 +50,7 @@ from mediafleet.mcp import caller_digest
 from mediafleet.adapters.bundle import with_claims
 from mediafleet.adapters.caller import caller_response, failure_response, inline_wanted
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
-from mediafleet.contract.digests import digest_of_ref, hash_bytes
+from mediafleet.contract.digests import digest_of_ref
 from mediafleet.contract.errors import (
     CapabilityRefused,
     ErrorCode,
@@ -64,11 +63,14 @@ from mediafleet.contract.errors import (
 )
 from mediafleet.contract.manifest import Capability
 from mediafleet.dispatch import Dispatcher, Job
+from mediafleet.mcp.http_cap import BodyCap
+from mediafleet.mcp.inline import Decoded, NotBase64, b64_size, decode_into, split_params
 from mediafleet.mcp.localjobs import LocalJobs, RunnerDied, run_folder, submit_request
 from mediafleet.sniff import sniff
 from mediafleet.workers.registry import SPECS
 
-__all__ = ["DEFAULT_MAX_INLINE_BYTES", "DEFAULT_WAIT_S", "TOOLS", "SidecarTools", "build_server", "serve"]
+__all__ = ["DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_MAX_INLINE_BYTES", "DEFAULT_REGION_CROPS", "DEFAULT_WAIT_S", "TOOLS",
+           "SidecarTools", "build_server", "serve", "too_large_message"]
 
 log = logging.getLogger("mediafleet.mcp")
 
@@ -88,7 +90,9 @@ def _tools() -> dict[str, str]:
 
 TOOLS: dict[str, str] = _tools()
 
-DEFAULT_MAX_INLINE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_INLINE_BYTES = 1024 * 1024 * 1024  # an hour of CD-quality WAV, a 512 MiB PDF, a video of hundreds of MB
+DEFAULT_MAX_IMAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_REGION_CROPS = 64
 # The callers give up after 60 s unless their mcp_config.json sets "timeout": answer "still running,
 # call again" before that, rather than be cut off (the job goes on either way).
 DEFAULT_WAIT_S = 50.0
@@ -122,7 +126,7 @@ class _Failed(Exception):
 class _Request:
     digest: str  # sha256:<hex> of the bytes
     media_type: str
-    data: bytes | None  # None: the artifact is the stored blob named by digest
+    inline: Decoded | None  # the decoded artifact_b64; None: the artifact is the stored blob named by digest
     options: dict[str, Any]
     claims: CallerClaims
 
@@ -140,9 +144,9 @@ def _not_json(constant: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
 
 
-def _params(params_json: str) -> dict[str, Any]:
+def _parsed(text: str) -> dict[str, Any]:
     try:
-        params = json.loads(params_json, object_pairs_hook=_no_repeats, parse_constant=_not_json)
+        params = json.loads(text, object_pairs_hook=_no_repeats, parse_constant=_not_json)
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; deep nesting recurses
         raise _refuse("params_json is not valid JSON") from None
     if not isinstance(params, dict):
@@ -150,11 +154,26 @@ def _params(params_json: str) -> dict[str, Any]:
     return params
 
 
-def _b64_size(text: str) -> int:
-    """The decoded size of standard, padded base64 text, from its length alone."""
-    if len(text) % 4:
-        raise _refuse("artifact_b64 is not valid base64 (standard alphabet, padded)")
-    return len(text) // 4 * 3 - (2 if text.endswith("==") else 1 if text.endswith("=") else 0)
+@dataclass(frozen=True)
+class _Params:
+    """``params_json`` parsed, and where its ``artifact_b64`` text is: ``(text, (start, end))``, the
+    value taken in place from ``params_json`` (never copied whole), or None when there is none."""
+
+    values: dict[str, Any]
+    artifact: tuple[str, tuple[int, int]] | None
+
+
+def _params(params_json: str) -> _Params:
+    rest, span = split_params(params_json)
+    if span is not None:
+        values = _parsed(rest)
+        if values.get("artifact_b64") == "":  # the emptied value is the top-level one
+            return _Params(values, (params_json, span))
+        values = _parsed(params_json)
+    else:
+        values = _parsed(params_json)
+    encoded = values.get("artifact_b64")
+    return _Params(values, (encoded, (0, len(encoded))) if isinstance(encoded, str) else None)
 
 
 class SidecarTools:
@@ -162,8 +181,12 @@ class SidecarTools:
 
     Args:
         dispatcher: built once from the settings (in-process without a broker, the fleet with one).
-        max_inline_bytes: the most bytes one call carries inline, either way: the decoded
-            artifact in ``artifact_b64``, and the images inlined in the response.
+        max_inline_bytes: the most bytes of artifact one call carries in ``artifact_b64``.
+        max_image_bytes: the most bytes of base64 images one response carries (thumbnail, region
+            crops, keyframes; default the smaller of ``max_inline_bytes`` and 64 MiB).
+        region_crops: at most this many regions of an image get ``crop_png_b64`` (0: none).
+        embeddings: give each PDF page the static text embedding of its text (when the
+            ``wordllama`` wheel is installed; see :mod:`mediafleet.mcp.extras`).
         wait_s: how long a call waits for its job (default 50 s, under the callers' 60 s). A call
             that waits longer answers ``timeout`` with ``retryable: true`` and the job goes on:
             calling again with the same artifact and options attaches to it, or gets its result.
@@ -175,10 +198,11 @@ class SidecarTools:
     """
 
     def __init__(self, dispatcher: Dispatcher, *, max_inline_bytes: int = DEFAULT_MAX_INLINE_BYTES,
-                 wait_s: float | None = None, detached: bool = True, jobs_root: Any = None,
-                 served: Iterable[str] | None = None) -> None:
-        if max_inline_bytes <= 0:
-            raise ValueError("max_inline_bytes must be > 0")
+                 max_image_bytes: int | None = None, region_crops: int = DEFAULT_REGION_CROPS,
+                 embeddings: bool = True, wait_s: float | None = None, detached: bool = True,
+                 jobs_root: Any = None, served: Iterable[str] | None = None) -> None:
+        if max_inline_bytes <= 0 or (max_image_bytes is not None and max_image_bytes < 0) or region_crops < 0:
+            raise ValueError("max_inline_bytes must be > 0, max_image_bytes and region_crops >= 0")
         names = list(TOOLS) if served is None else list(served)
         unknown = [name for name in names if name not in TOOLS]
         if unknown or not names:
@@ -186,6 +210,9 @@ class SidecarTools:
         self.served = {name: TOOLS[name] for name in names}
         self.dispatcher = dispatcher
         self.max_inline_bytes = max_inline_bytes
+        self.max_image_bytes = (min(max_inline_bytes, DEFAULT_MAX_IMAGE_BYTES) if max_image_bytes is None
+                                else max_image_bytes)
+        self.region_crops, self.embeddings = region_crops, embeddings
         self.wait_s = DEFAULT_WAIT_S if wait_s is None else wait_s
         self._owners = dispatcher.settings.engine_owner_scopes()
         self._local: LocalJobs | None = None
@@ -267,14 +294,15 @@ class SidecarTools:
         capability = self.dispatcher.manifest.capabilities.get(action)
         if capability is None:
             raise CapabilityRefused(f"{action} is not declared by the manifest in force")
-        request = self._request(_params(arguments["params_json"]), capability)
+        request = self._request(_params(arguments["params_json"]), capability)  # the artifact decoded into a file
         bundle = self._run(request, capability)
         if bundle.status != "ok":
             assert bundle.error is not None
             raise _Failed(bundle.error, bundle)
         return caller_response(bundle, self._inline(bundle))
 
-    def _request(self, params: dict[str, Any], capability: Capability) -> _Request:
+    def _request(self, parsed: _Params, capability: Capability) -> _Request:
+        params = parsed.values
         unknown = set(params) - _ARTIFACT_PARAMS - set(capability.options)
         if unknown:
             raise _refuse(f"unknown params for {capability.action}: {', '.join(sorted(_shown(k) for k in unknown))}")
@@ -297,21 +325,32 @@ class SidecarTools:
         if not isinstance(params.get("digest"), str):
             raise _refuse("digest must be 64 hex characters: the engine blob digest, or 'sha256:' and the SHA-256 "
                           "of the bytes")
-        encoded = params["artifact_b64"]
-        if not isinstance(encoded, str):
+        if parsed.artifact is None:
             raise _refuse("artifact_b64 must be a string")
-        size = _b64_size(encoded)
+        text, span = parsed.artifact
+        try:
+            size = b64_size(text, span)
+        except NotBase64:
+            raise _refuse("artifact_b64 is not valid base64 (standard alphabet, padded)") from None
         capability.check_size(size)
         if size > self.max_inline_bytes:
-            raise LimitExceeded(f"the artifact is larger than this server's {self.max_inline_bytes}-byte inline "
-                                "limit; put it in the fleet's blob store and pass blob_ref")
+            raise LimitExceeded(too_large_message(self.max_inline_bytes))
         try:
-            data = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
+            decoded = decode_into(text, span, directory=self._spool_dir())
+        except NotBase64:
             raise _refuse("artifact_b64 is not valid base64 (standard alphabet, padded)") from None
-        digest = hash_bytes(data)
-        claims = caller_digest.check(params.get("digest"), data, digest.removeprefix("sha256:"), self._owners)
-        return _Request(digest, media_type, data, options, claims)
+        try:
+            claims = caller_digest.check(params.get("digest"), decoded.chunks, decoded.sha256_hex, self._owners)
+        except BaseException:
+            decoded.file.close()
+            raise
+        return _Request("sha256:" + decoded.sha256_hex, media_type, decoded, options, claims)
+
+    def _spool_dir(self) -> Any:
+        """Where an inline artifact is decoded: the blob store's folder when it is local, else the
+        system's temporary folder."""
+        root = self.dispatcher.settings.blob_root
+        return root if root.is_dir() else None
 
     def _run(self, request: _Request, capability: Capability) -> EvidenceBundle:
         kwargs: dict[str, Any] = {"action": capability.action, "media_type": request.media_type,
@@ -319,10 +358,11 @@ class SidecarTools:
         if self._local is not None:
             return self._run_local(request, capability)
         job: Job
-        if request.data is None:
+        if request.inline is None:
             job = self.dispatcher.submit_stored(request.digest, **kwargs)
         else:
-            job = self.dispatcher.submit(request.data, **kwargs)
+            with request.inline.file as artifact:
+                job = self.dispatcher.submit(artifact, **kwargs)
         try:
             return job.bundle(timeout=self.wait_s)
         except TimedOut:
@@ -334,9 +374,9 @@ class SidecarTools:
         no job."""
         assert self._local is not None
         store = self.dispatcher.store
-        if request.data is not None:
-            digest, size, _ = store.put_stream(io.BytesIO(request.data))
-            head = request.data[:4096]
+        if request.inline is not None:
+            with request.inline.file as artifact:
+                digest, size, head = store.put_stream(artifact)
         else:
             digest = request.digest
             try:
@@ -364,7 +404,7 @@ class SidecarTools:
 
     def _inline(self, bundle: EvidenceBundle) -> dict[str, str]:
         """Base64 PNGs of the images the caller wants inline, read from the blob store now."""
-        budget = self.max_inline_bytes
+        budget = self.max_image_bytes
         inline: dict[str, str] = {}
         for ref in inline_wanted(bundle):
             png = self._png(ref)
@@ -391,6 +431,12 @@ class SidecarTools:
         if data.startswith(_PNG):
             return data
         return _to_png(data)
+
+
+def too_large_message(max_inline_bytes: int) -> str:
+    """What a caller is told of an artifact over the inline limit: the limit, and what to do."""
+    return (f"the artifact is larger than this server's {max_inline_bytes}-byte inline limit; put it in the "
+            "fleet's blob store and pass blob_ref, or have the operator raise serve-mcp's --max-inline-bytes")
 
 
 def _still_running(job_id: str) -> PublicError:
@@ -483,12 +529,26 @@ def _http_body_limit(max_inline_bytes: int) -> int:
     return (max_inline_bytes + 2) // 3 * 4 + 1024 * 1024
 
 
+def _over_body_limit(max_inline_bytes: int, errors_as_is_error: bool) -> dict[str, Any]:
+    """The tool result for a request over the HTTP body limit: ``too_large`` in the callers' channel."""
+    limit = _http_body_limit(max_inline_bytes)
+    error = PublicError(code=ErrorCode.TOO_LARGE,
+                        message=f"the request is larger than this server's {limit}-byte HTTP body limit (the base64 "
+                                f"of its {max_inline_bytes}-byte inline limit, plus 1 MiB); put the artifact in the "
+                                "fleet's blob store and pass blob_ref, or have the operator raise serve-mcp's "
+                                "--max-inline-bytes")
+    text = json.dumps(failure_response(error), ensure_ascii=False, separators=(",", ":"))
+    return {"content": [{"type": "text", "text": text}], "isError": errors_as_is_error}
+
+
 def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
           errors_as_is_error: bool = False, upstream: str | None = None) -> None:
     """Serve until stdin closes (stdio) or the process is stopped (streamable HTTP at ``/mcp``).
 
     HTTP answers with plain JSON bodies (no SSE stream), so a large response is not cut by an SSE
-    client's event-size limit; on a loopback host the SDK's DNS-rebinding protection is on.
+    client's event-size limit; on a loopback host the SDK's DNS-rebinding protection is on. A
+    request body over the base64 of the inline limit plus 1 MiB is read to its end, kept no further
+    than its first 64 KiB, and answered ``too_large`` as a tool result (:mod:`mediafleet.mcp.http_cap`).
     """
     import anyio
 
@@ -510,8 +570,11 @@ def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", p
 
     import uvicorn
 
-    app = server.streamable_http_app(json_response=True, host=host,
-                                     max_request_body_size=_http_body_limit(tools.max_inline_bytes))
+    limit = _http_body_limit(tools.max_inline_bytes)
+    # A body over the limit is answered as a tool result (too_large), not the transport's 413, which
+    # the callers' client turns into "sidecar unreachable".
+    app = BodyCap(server.streamable_http_app(json_response=True, host=host, max_request_body_size=limit), limit,
+                  answer=lambda: _over_body_limit(tools.max_inline_bytes, errors_as_is_error))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     print(f"mediafleet serve-mcp: streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
 
