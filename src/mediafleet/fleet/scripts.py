@@ -136,7 +136,7 @@ redis.call('HSET', KEYS[4], ARGV[7], ARGV[8])
 # none, ARGV[7] '1' to publish on KEYS[3] (the job's finished channel) once written: the record's
 # submission token, then ARGV[9] (what a woken waiter of that submission takes the outcome from,
 # :meth:`JobStore.noticed`), ARGV[8] '1' to write nothing to a record cancelled meanwhile (returns
-# -1: the writer finishes it cancelled), ARGV[9] the fields below as :func:`mediafleet.fleet.store._notice` writes them,
+# -1: the writer finishes it cancelled), ARGV[9] the fields below as :func:`mediafleet.fleet.records.notice_bytes` writes them,
 # ARGV[10] the one part whose report stays ('' for none), ARGV[11..] field/value pairs. Writes a
 # final outcome once: a record that holds an outcome (inline, or by reference) is never
 # overwritten, and a delivery that no longer owns the record (a newer one started since) writes

@@ -19,86 +19,40 @@ is missing, altered or another job's fails closed with a public error instead of
 With signing on, the signature covers the job id, the digest and the size.
 """
 
+
 from __future__ import annotations
 
-import base64
 import json
 import os
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol
 
+from mediafleet.contract.errors import ErrorCode, PublicError
+from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.fleet import scripts as jobscripts
-from mediafleet.contract.errors import ErrorCode, MediafleetError, PublicError
-from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, Progress
+from mediafleet.fleet.keys import CELERY_RESULT, HELD, STARTED, SWEEP, finished_channel, job_key, queue_lists
+from mediafleet.fleet.records import ENDED, FINAL, JobRecord, notice_bytes, notice_fields, text
+from mediafleet.fleet.redis_client import eviction_warning, redis_client
+from mediafleet.fleet.signing import OutcomeSigner, signed_text
+from mediafleet.fleet.watches import IdleWatches, Watch
 
 if TYPE_CHECKING:
     from mediafleet.blobs.protocol import BlobStore
     from mediafleet.settings import Settings
 
-__all__ = ["INLINE_OUTCOME_MAX_BYTES", "KOMBU_PRIORITY_SEP", "MAX_DELIVERIES", "Claim", "JobRecord", "JobStore",
-           "MessageFn", "OutcomeSigner", "Started", "Watch", "delivery_taker", "eviction_warning", "finished_channel",
-           "queue_lists", "redis_client", "task_result_writer"]
+# Re-exported while workers/ is being moved (issue 40's layout-2): its modules still import these from here.
+__all__ = ["INLINE_OUTCOME_MAX_BYTES", "MAX_DELIVERIES", "Claim", "JobRecord", "JobStore", "MessageFn",
+           "OutcomeSigner", "ReportsGone", "Started", "StreamedOutcome", "Watch", "delivery_taker", "eviction_warning",
+           "finished_channel", "queue_lists", "redis_client", "task_result_writer", "whole"]
 
 # An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
 # The settings' ``outcome_inline_max_bytes`` overrides it for a process.
 INLINE_OUTCOME_MAX_BYTES = 1 << 20
-
-_PREFIX = "mediafleet:job:"
-_HELD = "mediafleet:held"
-# Jobs some delivery has started and not yet finished (what lost-node recovery looks through).
-_STARTED = "mediafleet:started"
-# Celery's Redis result backend keeps a task's result under this prefix and the task id (the job id),
-# and publishes it on a channel of the same name.
-_CELERY_RESULT = "celery-task-meta-"
-# A job's record publishes here when its outcome is written.
-_FINISHED = "mediafleet:finished:"
-# Which live worker looks through them this heartbeat (one at a time, not every worker at every beat).
-_SWEEP = "mediafleet:sweep"
-# kombu's Redis transport keeps priority levels 1..9 of a queue in lists of their own, named
-# "<queue><sep><level>"; level 0 is the queue's own list.
-KOMBU_PRIORITY_SEP = "\x06\x16"
-# A client rides out Redis being away (a restart, a failover) for about this long before it raises.
-_RETRY_S = 25
-
-
-def finished_channel(job_id: str) -> str:
-    """The pub/sub channel a job's finisher announces its outcome on (:meth:`JobStore.announce_finished`)."""
-    return _FINISHED + job_id
-
-
-def queue_lists(queue: str) -> list[str]:
-    """Every Redis list that holds ``queue``'s messages, one per priority level (what a queue's
-    length is summed over: ``mediafleet status``, the KEDA triggers, the Redis exporter)."""
-    return [queue, *(f"{queue}{KOMBU_PRIORITY_SEP}{level}" for level in range(1, 10))]
-
-
-def eviction_warning(client: Any) -> str | None:
-    """What an operator must be told when this Redis may evict the fleet's keys; None when it may not.
-
-    A queue's messages and a job's record must never be evicted: a job whose message or record
-    Redis drops to make room is lost without a trace (the queue lists have no TTL, so a ``volatile-*``
-    policy evicts the records, which have one). Only ``noeviction`` keeps them: Redis then refuses
-    writes when full, which the fleet waits out. Read from ``INFO memory``, which managed services
-    that rename ``CONFIG`` still answer; None too where the server does not say or refuses to
-    (an ACL without ``INFO``). A Redis that cannot be reached raises as any other call does.
-    """
-    from redis.exceptions import ResponseError
-
-    try:
-        policy = client.info("memory").get("maxmemory_policy")
-    except ResponseError:
-        return None
-    if policy is None or policy == "noeviction":
-        return None
-    return (f"Redis may evict the fleet's keys (maxmemory-policy {policy}): queued jobs and job records can be "
-            "lost without a trace once it reaches its memory limit; set maxmemory-policy noeviction")
 
 
 def task_result_writer(client: Any) -> Callable[[str, str, str, int | None, str], bool]:
@@ -134,105 +88,15 @@ def delivery_taker(client: Any) -> Callable[[str, str, str, tuple[str, str], str
 
     def take(job_id: str, hostname: str, token: str, unacked: tuple[str, str], tag: str, kept: str) -> Started:
         now = time.time()
-        return _started(script(keys=[JobStore.key(job_id), _STARTED, *unacked],
+        return _started(script(keys=[JobStore.key(job_id), STARTED, *unacked],
                                args=[hostname, os.getpid(), now, token, job_id, now, tag, kept]))
 
     return take
 
 
-def redis_client(settings: Settings, *, retry_s: float = _RETRY_S) -> Any:
-    """The fleet's Redis client, the one way job records, presence and gc reach Redis.
-
-    The result backend's URL with the settings' password, the TLS options for ``rediss://`` (a
-    private CA, a client certificate), and retries with backoff for about ``retry_s`` seconds on a
-    lost connection, so a Redis restart is a pause, not a failure; likewise on a Redis too full to
-    write (at ``maxmemory``, ``noeviction``): what it refuses wrote nothing (it refuses a script at
-    its first write, never halfway), so sending it again is safe.
-    """
-    import redis
-    from redis.backoff import ExponentialBackoff
-    from redis.retry import Retry
-
-    url = settings.backend()
-    if url is None or not url.startswith(("redis://", "rediss://")):
-        raise ValueError("the fleet needs a redis:// or rediss:// result backend")
-    tls = (settings.tls_options() or {}) if url.startswith("rediss://") else {}
-    retries = int(retry_s / 0.9) if retry_s > 0 else 0
-    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=60,
-                                retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
-                                retry_on_error=[redis.ConnectionError, redis.TimeoutError,
-                                                redis.exceptions.OutOfMemoryError], **tls)
-
-
-class OutcomeSigner:
-    """Signs each stored outcome with the fleet's message-signing key, and checks a stored one
-    against the trusted certificates: with signing on, an outcome nobody holding the key wrote
-    (planted straight into Redis) is never returned as evidence."""
-
-    def __init__(self, key_file: Path, cert_file: Path, cert_store: Path) -> None:
-        from celery.security.certificate import Certificate, FSCertStore
-        from celery.security.key import PrivateKey
-        from celery.security.utils import get_digest_algorithm
-
-        self._key = PrivateKey(key_file.read_text())
-        self._cert = Certificate(cert_file.read_text())
-        self._store = FSCertStore(str(cert_store))
-        self._digest = get_digest_algorithm("sha256")
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> OutcomeSigner | None:
-        if settings.signing_key_file is None or settings.signing_cert_file is None or settings.signing_cert_store is None:
-            return None
-        return cls(settings.signing_key_file, settings.signing_cert_file, settings.signing_cert_store)
-
-    def sign(self, text: str) -> str:
-        signature = self._key.sign(text.encode(), self._digest)
-        return json.dumps({"signer": self._cert.get_id(), "signature": base64.b64encode(signature).decode()})
-
-    def verify(self, text: str, stamp: str | None) -> bool:
-        if not stamp:
-            return False
-        try:
-            fields = json.loads(stamp)
-            self._store[fields["signer"]].verify(text.encode(), base64.b64decode(fields["signature"]), self._digest)
-        except Exception:  # noqa: BLE001 - any malformed or wrong signature is simply untrusted
-            return False
-        return True
-
-
 # A job whose worker process died this many times (OOM kill, segfault, SIGKILL) is not delivered
 # again: it fails with ``worker_lost`` and the queue keeps flowing.
 MAX_DELIVERIES = 3
-
-
-# Celery's states of a task that has ended (celery.states.READY_STATES).
-_ENDED = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
-_FINAL = frozenset({JobState.DONE.value, JobState.FAILED.value, JobState.CANCELLED.value})
-
-
-def _ref_text(job_id: str, digest: str, size: str) -> str:
-    """What is signed for an outcome kept by reference: the blob's digest binds its bytes (they are
-    re-hashed when read), the job id binds it to this job."""
-    return json.dumps({"job_id": job_id, "outcome_bytes": size, "outcome_ref": digest}, sort_keys=True)
-
-
-def _load_outcome(blobs: BlobStore | None, digest: str, size: str | None) -> Outcome:
-    """The outcome a record references, read back from the blob store and re-hashed.
-
-    Raises:
-        MediafleetError: the blob is missing (``blob_not_found``), or its bytes do not hash to the
-            digest or have another size (``digest_mismatch``); the store cannot be reached.
-        ValueError: the bytes are not an outcome.
-    """
-    from mediafleet.contract.errors import IntegrityError
-
-    if blobs is None:
-        raise IntegrityError("no blob store to read the outcome from", code=ErrorCode.BLOB_NOT_FOUND)
-    with blobs.verified_path(digest) as path:
-        data = path.read_bytes()
-    if str(len(data)) != size:
-        raise IntegrityError("the stored outcome does not have the size its record names")
-    return Outcome.model_validate_json(data)
 
 
 class ReportsGone(RuntimeError):
@@ -279,343 +143,6 @@ class Claim(NamedTuple):
     """Its message was pushed by the claim itself (the record says sent)."""
 
 
-class JobRecord:
-    """A read-only view of one record.
-
-    ``forged`` is True when signing is on and the record's outcome carries no valid signature:
-    its outcome is then not returned (``outcome`` is None) and the record counts as unfinished.
-    ``worker_alive`` is, for a started job, whether the worker it names still has a heartbeat
-    (False: that worker is gone and the job waits to be delivered again); None otherwise.
-    ``blobs`` is the store an outcome kept by reference is read back from.
-    """
-
-    def __init__(self, job_id: str, fields: dict[str, str], forged: bool = False,
-                 worker_alive: bool | None = None, blobs: BlobStore | None = None, signer: Any = None,
-                 outcome: Outcome | None = None, brief: bool = False, no_outcome: bool = False) -> None:
-        self.job_id = job_id
-        self._f = fields
-        self._brief = brief  # a brief read (JobStore.look, JobStore.brief): the parts' reports left out
-        self._no_outcome = no_outcome  # JobStore.brief: the outcome left out too
-        self.forged = forged
-        self.worker_alive = worker_alive
-        self._blobs = blobs
-        self._signer = signer  # with signing on, each part's reported outcome is checked like the record's
-        # ``outcome``: already read back and checked from these fields (:meth:`JobStore.noticed`).
-        self._outcome: tuple[Outcome | None] | None = None if outcome is None else (outcome,)
-
-    @property
-    def state(self) -> JobState:
-        return JobState(self._f["state"])
-
-    @property
-    def request(self) -> ExtractRequest:
-        return ExtractRequest.model_validate_json(self._f["request"])
-
-    @property
-    def token(self) -> str | None:
-        """The submission's token (a new one per claim): its messages carry it, its finished notice names it."""
-        return self._f.get("token") or None
-
-    @property
-    def attempts(self) -> int:
-        return int(self._f.get("attempts", 0))
-
-    @property
-    def completions(self) -> int:
-        return int(self._f.get("completions", 0))
-
-    @property
-    def priority(self) -> int:
-        return int(self._f.get("priority", 4))
-
-    @property
-    def held_reason(self) -> str | None:
-        return self._f.get("held_reason") or None
-
-    @property
-    def updated_at(self) -> float:
-        """When the record last moved (seconds since the epoch)."""
-        return float(self._f.get("updated_at") or 0)
-
-    @property
-    def pid(self) -> int | None:
-        return int(self._f["pid"]) if self._f.get("pid") else None
-
-    @property
-    def hostname(self) -> str | None:
-        return self._f.get("hostname") or None
-
-    @property
-    def progress(self) -> Progress | None:
-        if "done" not in self._f:
-            return None
-        total = self._f.get("total")
-        return Progress(done=int(self._f["done"]), total=int(total) if total else None, unit=self._f.get("unit", "pages"))
-
-    @property
-    def outcome(self) -> Outcome | None:
-        """The stored outcome (None while there is none, or when ``forged``).
-
-        One kept by reference is read back from the blob store once per view. One that cannot be
-        read back as this job's (its blob missing, altered, or another job's outcome) is never
-        returned: the job's outcome is then a retryable failure that says so.
-        """
-        if self.forged:
-            return None
-        if self._no_outcome:
-            raise RuntimeError("a brief read of the record left its outcome out")
-        if self._outcome is None:
-            self._outcome = (self._read_outcome(),)
-        return self._outcome[0]
-
-    @property
-    def outcome_ref(self) -> str | None:
-        """The blob digest of an outcome kept by reference (too large to keep inline), else None."""
-        return self._f.get("outcome_ref") or None
-
-    @property
-    def untrusted(self) -> bool:
-        """Forged, or its outcome's blob is gone: a resubmission discards the record and runs the job."""
-        ref = self.outcome_ref
-        return self.forged or (ref is not None and (self._blobs is None or not self._blobs.exists(ref)))
-
-    def _read_outcome(self) -> Outcome | None:
-        try:
-            if (ref := self.outcome_ref) is not None:
-                outcome = _load_outcome(self._blobs, ref, self._f.get("outcome_bytes"))
-            elif raw := self._f.get("outcome"):
-                outcome = Outcome.model_validate_json(raw)
-            else:
-                return None
-        except MediafleetError as exc:
-            return self._unreadable(exc.public().code)
-        except ValueError:  # pydantic's ValidationError: the bytes are no outcome
-            return self._unreadable(ErrorCode.DIGEST_MISMATCH)
-        if outcome.job_id != self.job_id:
-            return self._unreadable(ErrorCode.DIGEST_MISMATCH)
-        return outcome
-
-    def _unreadable(self, code: ErrorCode, job_id: str | None = None) -> Outcome:
-        error = PublicError(code=code, retryable=True,
-                            message="the job's stored outcome could not be read back as this job's (its blob is "
-                                    "missing, does not match its record or fails its signature check) and was not "
-                                    "returned; submit the artifact again to run it")
-        request = self.request if not job_id else self.request.model_copy(update={"job_id": job_id})
-        return Outcome.failed(request, error, datetime.now(UTC))
-
-    @property
-    def parts(self) -> dict[str, str]:
-        """The parts this job fanned out: part name -> the part's job id (none: one task)."""
-        raw = self._f.get("parts")
-        return json.loads(raw) if raw else {}
-
-    @property
-    def pending_parts(self) -> int:
-        return int(self._f.get("pending_parts") or 0)
-
-    @property
-    def own_reported(self) -> bool:
-        """Whether the job's own task reported its outcome into the record (a job with parts)."""
-        return self._f.get("own_reported") == "1"
-
-    def reported(self, name: str) -> bool:
-        return "part:" + name in self._f
-
-    def part(self, name: str) -> Outcome | None:
-        """The outcome a part reported (the job's own task under its modality's name, e.g.
-        ``video``; a part under its name, e.g. ``speech`` or ``pages:33-64``); None while it has not.
-
-        Kept like a record's outcome (inline, or past the inline limit by reference into the blob
-        store; signed when signing is on) and read back the same way: one whose signature fails,
-        or whose blob is missing, altered or another job's, comes back as a retryable failure of
-        that part, never as evidence.
-        """
-        raw = self._f.get("part:" + name)
-        if self._brief and raw == "":
-            raise RuntimeError("a brief read of the record left this part's report out")
-        if not raw:
-            return None
-        fields = json.loads(raw)
-        job_id = str(fields.get("job_id", ""))
-        signed = _signed_text(job_id, fields)
-        if self._signer is not None and (signed is None or not self._signer.verify(signed, fields.get("outcome_sig"))):
-            return self._unreadable(ErrorCode.INTERNAL_ERROR, job_id)
-        try:
-            if (ref := fields.get("outcome_ref")) is not None:
-                outcome = _load_outcome(self._blobs, ref, fields.get("outcome_bytes"))
-            else:
-                outcome = Outcome.model_validate_json(fields["outcome"])
-        except MediafleetError as exc:
-            return self._unreadable(exc.public().code, job_id)
-        except (ValueError, KeyError):
-            return self._unreadable(ErrorCode.DIGEST_MISMATCH, job_id)
-        return outcome if outcome.job_id == job_id else self._unreadable(ErrorCode.DIGEST_MISMATCH, job_id)
-
-    def kept_part(self, name: str) -> JobRecord | None:
-        """A view holding only what part ``name`` reported (and this record's request, token and
-        state), for reading it back with :meth:`part`, checked the same way, after this record's
-        own fields have moved on (a finished job's record drops its parts' reports); None while the
-        part has not reported."""
-        raw = self._f.get("part:" + name)
-        if not raw:
-            return None
-        fields = {k: self._f[k] for k in ("request", "token", "state") if k in self._f}
-        return JobRecord(self.job_id, {**fields, "part:" + name: raw}, blobs=self._blobs, signer=self._signer)
-
-    @property
-    def final(self) -> bool:
-        return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
-
-    def summary(self) -> dict[str, Any]:
-        """What ``mediafleet status JOB`` shows (no request options, no outcome body)."""
-        keep = ("state", "action", "attempts", "completions", "held_reason", "hostname", "device", "priority",
-                "error_code", "parent", "lost_worker", "submitted_at", "updated_at")
-        out: dict[str, Any] = {"job_id": self.job_id, **{k: self._f[k] for k in keep if self._f.get(k)}}
-        if (p := self.progress) is not None:
-            out["progress"] = p.model_dump()
-        if self.parts:
-            out["parts"] = self.parts
-        if self.parts and not self.final:
-            out["parts_pending"] = self.pending_parts
-        if self.state == JobState.STARTED and self.worker_alive is False:
-            out["worker_alive"] = False  # its worker's heartbeat is gone: it will be delivered again
-        return out
-
-
-def _signed_text(job_id: str, fields: dict[str, str]) -> str | None:
-    """What a record's ``outcome_sig`` signs: the reference of an outcome kept in the blob store,
-    else the inline outcome; None for a record with no outcome."""
-    if "outcome_ref" in fields:
-        return _ref_text(job_id, fields["outcome_ref"], fields.get("outcome_bytes", ""))
-    return fields.get("outcome")
-
-
-class Watch:
-    """One pub/sub connection a waiter sleeps on between reads of a job's record.
-
-    A wake-up: whoever wakes re-reads the record (a message may be missed while Redis is away, so a
-    waiter also re-reads when its slice of time runs out), except that a plain job's outcome write
-    publishes what it wrote, which the woken waiter takes instead, checked as the record's would be
-    (:meth:`JobStore.noticed`; ``woken_by`` keeps the message). Closed, it goes back to its job
-    store for the next waiter (unsubscribed, its connection kept: a connection per job would be a
-    connect and a handshake per job); discarded, or broken, its connection is dropped.
-    """
-
-    def __init__(self, client: Any, idle: _IdleWatches | None = None) -> None:
-        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
-        self._channels: set[str] = set()
-        self._idle = idle
-        self._broken = False
-        self.woken_by: tuple[str, Any] | None = None
-        """The channel and data of the message that ended the last :meth:`wait` (None: it timed out)."""
-
-    def follow(self, job_id: str, task_id: str) -> None:
-        """Wake on ``job_id``'s record being finished and on ``task_id``'s Celery result (subscribed
-        before the caller reads the record, so no outcome can land unseen in between)."""
-        wanted = {finished_channel(job_id), _CELERY_RESULT + task_id} - self._channels
-        if wanted:
-            try:
-                self._pubsub.subscribe(*sorted(wanted))
-            except BaseException:
-                self._broken = True
-                raise
-            self._channels |= wanted
-
-    def wait(self, timeout: float) -> bool:
-        """Sleep until a followed channel says something or ``timeout`` passes; whether it said.
-        (A message on a channel an earlier waiter followed on this connection is not a wake-up.)"""
-        deadline = time.monotonic() + timeout
-        self.woken_by = None
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                message = self._pubsub.get_message(timeout=left)
-                if message is not None and (channel := _text(message.get("channel"))) in self._channels:
-                    self.woken_by = (channel, message.get("data"))
-                    return True
-        except BaseException:
-            self._broken = True
-            raise
-        return False
-
-    def close(self) -> None:
-        """Done waiting: unsubscribe and hand the connection to the next waiter (or drop it)."""
-        if self._idle is not None and not self._broken and self._channels:
-            try:
-                self._pubsub.unsubscribe()
-            except Exception:  # noqa: BLE001 - Redis dropped it: drop it too
-                self._broken = True
-            else:
-                self._channels = set()
-                if self._idle.put(self):
-                    return
-        self.discard()
-
-    def discard(self) -> None:
-        """Drop the connection (Redis went away under it, or no waiter needs it)."""
-        try:
-            self._pubsub.close()
-        except Exception:  # noqa: BLE001 - closing a connection Redis already dropped
-            pass
-
-
-def _notice(flat: Sequence[str]) -> bytes:
-    """A finished notice: the fields written, names and values in turn, each as ``<bytes>:<bytes>``
-    (nothing escaped, so neither side copies an outcome more than once)."""
-    return b"".join(b"%d:%s" % (len(data), data) for data in (x.encode() for x in flat))
-
-
-def _notice_fields(notice: Any) -> tuple[str, dict[str, str]] | None:
-    """The submission token and the fields a finished notice names (each ``<bytes>:<bytes>``, the
-    token first, then the fields as :func:`_notice` wrote them); None for anything else (a bare
-    wake-up, a malformed notice)."""
-    data = notice.encode() if isinstance(notice, str) else notice
-    if not isinstance(data, bytes):
-        return None
-    items: list[str] = []
-    at = 0
-    try:
-        while at < len(data):
-            colon = data.index(b":", at)
-            size, start = int(data[at:colon]), colon + 1
-            if size < 0 or start + size > len(data):
-                return None
-            items.append(data[start:start + size].decode())
-            at = start + size
-    except ValueError:  # no length, not a number, not UTF-8
-        return None
-    if len(items) < 3 or len(items) % 2 == 0:
-        return None
-    return items[0], dict(zip(items[1::2], items[2::2], strict=True))
-
-
-def _text(value: Any) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-class _IdleWatches:
-    """A job store's watches waiting for their next waiter (a few: one per waiter at a time), in
-    the process that opened them (a forked child never reads its parent's connection)."""
-
-    def __init__(self, keep: int = 8) -> None:
-        self._keep = keep
-        self._watches: list[Watch] = []
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-
-    def take(self) -> Watch | None:
-        with self._lock:
-            if self._pid != os.getpid():
-                self._watches, self._pid = [], os.getpid()  # the parent's: not ours to read or close
-            return self._watches.pop() if self._watches else None
-
-    def put(self, watch: Watch) -> bool:
-        with self._lock:
-            if len(self._watches) >= self._keep or self._pid != os.getpid():
-                return False
-            self._watches.append(watch)
-            return True
-
-
 class JobStore:
     """Job records in the Redis behind ``client`` (a ``redis.Redis``)."""
 
@@ -637,11 +164,11 @@ class JobStore:
         self._recover = client.register_script(jobscripts.RECOVER)
         self._look = client.register_script(jobscripts.LOOK)
         self._brief = client.register_script(jobscripts.BRIEF)
-        self._idle = _IdleWatches()
+        self._idle = IdleWatches()
 
     @staticmethod
     def key(job_id: str) -> str:
-        return _PREFIX + job_id
+        return job_key(job_id)
 
     @classmethod
     def from_settings(cls, settings: Settings, blobs: BlobStore | None = None) -> JobStore:
@@ -674,18 +201,18 @@ class JobStore:
         which did, :meth:`JobRecord.part` refuses the others."""
         from mediafleet.fleet.presence import worker_key
 
-        raw, alive, status = self._look(keys=[self.key(job_id), _CELERY_RESULT + task_id if task_id else ""],
+        raw, alive, status = self._look(keys=[self.key(job_id), CELERY_RESULT + task_id if task_id else ""],
                                         args=[worker_key(""), "1" if brief else "0",
                                               "part:" + keep_part if brief and keep_part else ""])
-        ended = _text(status) in _ENDED
+        ended = text(status) in ENDED
         if not raw:
             return None, ended
         if isinstance(raw, dict):  # RESP3 may answer a flat array as a map
             pairs = list(raw.items())
         else:
             pairs = list(zip(raw[::2], raw[1::2], strict=True))
-        fields = {_text(k): _text(v) for k, v in pairs}
-        signed = _signed_text(job_id, fields)
+        fields = {text(k): text(v) for k, v in pairs}
+        signed = signed_text(job_id, fields)
         forged = (self._signer is not None and signed is not None
                   and not self._signer.verify(signed, fields.get("outcome_sig")))
         return JobRecord(job_id, fields, forged, None if alive < 0 else bool(alive), self._blobs, self._signer,
@@ -698,9 +225,9 @@ class JobStore:
         raw, request = self.client.hmget(self.key(job_id), ["part:" + name, "request"])
         if raw is None:
             return None
-        fields = {"part:" + name: _text(raw)}
+        fields = {"part:" + name: text(raw)}
         if request is not None:
-            fields["request"] = _text(request)
+            fields["request"] = text(request)
         return JobRecord(job_id, fields, blobs=self._blobs, signer=self._signer).part(name)
 
     def brief(self, job_id: str) -> JobRecord | None:
@@ -714,7 +241,7 @@ class JobStore:
             pairs = list(raw.items())
         else:
             pairs = list(zip(raw[::2], raw[1::2], strict=True))
-        return JobRecord(job_id, {_text(k): _text(v) for k, v in pairs}, blobs=self._blobs, signer=self._signer,
+        return JobRecord(job_id, {text(k): text(v) for k, v in pairs}, blobs=self._blobs, signer=self._signer,
                          brief=True, no_outcome=True)
 
     def noticed(self, job_id: str, notice: Any, request: ExtractRequest, token: str | None) -> JobRecord | None:
@@ -729,11 +256,11 @@ class JobStore:
 
         ``request`` is the job's request, which the notice does not carry.
         """
-        if not token or (noticed := _notice_fields(notice)) is None or noticed[0] != token:
+        if not token or (noticed := notice_fields(notice)) is None or noticed[0] != token:
             return None
         fields = noticed[1]
         raw = fields.get("outcome")
-        if fields.get("state") not in _FINAL or not raw or "outcome_ref" in fields:
+        if fields.get("state") not in FINAL or not raw or "outcome_ref" in fields:
             return None
         if self._signer is not None and not self._signer.verify(raw, fields.get("outcome_sig")):
             return None
@@ -819,7 +346,7 @@ class JobStore:
                   for x in (queue, request.device.value, request.model_dump_json(), *(push or ("", "")))]
         drop_before, live_since = live_window(time.time())
         created, taken, pushed = self._claim(
-            keys=[self.key(job_id), _HELD, _CELERY_RESULT + job_id, INDEX_KEY],
+            keys=[self.key(job_id), HELD, CELERY_RESULT + job_id, INDEX_KEY],
             args=[max(keep_s, self._ttl_s), job_id, drop_before, live_since, worker_key(""), held_reason, route,
                   len(candidates), *routes, *flat])
         request = candidates[max(int(taken), 1) - 1][1]
@@ -842,7 +369,7 @@ class JobStore:
 
     def held(self) -> list[JobRecord]:
         """Jobs waiting for a live worker of an allowed device class (not yet on any queue)."""
-        return self._members(_HELD, JobState.HELD)
+        return self._members(HELD, JobState.HELD)
 
     def _members(self, index: str, state: JobState) -> list[JobRecord]:
         """The records named in the set ``index`` that are in ``state``; names whose record expired
@@ -859,13 +386,13 @@ class JobStore:
 
     def release(self, request: ExtractRequest) -> str | None:
         """Mark a held job queued (once, whoever asks first); returns the token to send it with."""
-        token = self._release(keys=[self.key(request.job_id), _HELD],
+        token = self._release(keys=[self.key(request.job_id), HELD],
                               args=[request.job_id, request.model_dump_json(), time.time()])
         return token.decode() if isinstance(token, bytes) else token
 
     def started(self) -> list[JobRecord]:
         """Jobs some delivery started and none finished yet (records that expired are dropped)."""
-        return self._members(_STARTED, JobState.STARTED)
+        return self._members(STARTED, JobState.STARTED)
 
     def announce_finished(self, job_id: str) -> None:
         """Wake the job's waiters: its outcome is written (and indexed, where the settings name an
@@ -886,7 +413,7 @@ class JobStore:
         """Whether ``sweeper`` looks through the started jobs now: one sweeper per ``every_s``
         across the fleet (a lease in Redis that expires on its own, so a lost sweeper is replaced
         within one period)."""
-        return bool(self._r.set(_SWEEP, sweeper, nx=True, px=max(int(every_s * 1000) - 250, 100)))
+        return bool(self._r.set(SWEEP, sweeper, nx=True, px=max(int(every_s * 1000) - 250, 100)))
 
     def requeue_lost(self, record: JobRecord, quiet_s: float) -> str | None:
         """Queue a started job again when the record has not moved for ``quiet_s`` seconds and the
@@ -898,7 +425,7 @@ class JobStore:
 
         if record.hostname is None:
             return None
-        token = self._recover(keys=[self.key(record.job_id), _STARTED, worker_key(record.hostname)],
+        token = self._recover(keys=[self.key(record.job_id), STARTED, worker_key(record.hostname)],
                               args=[record.job_id, time.time(), quiet_s, record.hostname, HEARTBEAT_S])
         return token.decode() if isinstance(token, bytes) else token
 
@@ -920,7 +447,7 @@ class JobStore:
         Otherwise the count is this delivery's number, which owns the record from now on: pass it
         as ``delivery`` to :meth:`finish` and :meth:`report_part`.
         """
-        return _started(self._start(keys=[self.key(job_id), _STARTED],
+        return _started(self._start(keys=[self.key(job_id), STARTED],
                                     args=[hostname, os.getpid(), time.time(), token, job_id]))
 
     def progress(self, job_id: str, done: int, total: int | None, unit: str) -> JobState | None:
@@ -977,10 +504,10 @@ class JobStore:
             # the message, naming its own process: :func:`delivery_taker`).
             fields["pid"] = str(os.getpid())
         flat = [x for kv in fields.items() for x in kv]
-        written = self._finish(keys=[self.key(outcome.job_id), _STARTED, finished_channel(outcome.job_id)], args=[
+        written = self._finish(keys=[self.key(outcome.job_id), STARTED, finished_channel(outcome.job_id)], args=[
             "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",
             outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, "1" if announce else "0",
-            "1" if unless_cancelled else "0", _notice(flat) if announce else "", keep_part or "", *flat])
+            "1" if unless_cancelled else "0", notice_bytes(flat) if announce else "", keep_part or "", *flat])
         if int(written) < 0:
             from mediafleet.contract.errors import Cancelled
 
@@ -1011,7 +538,7 @@ class JobStore:
                 data = text.encode()
                 del text
                 fields = {"outcome_ref": self._blobs.put_bytes(data), "outcome_bytes": str(len(data))}
-        signed = _signed_text(outcome.job_id, fields)
+        signed = signed_text(outcome.job_id, fields)
         if self._signer is not None and signed is not None:
             fields["outcome_sig"] = self._signer.sign(signed)
         return fields
@@ -1055,7 +582,7 @@ class JobStore:
                     if current == JobState.HELD or own_part_in:
                         # On no queue, or its own task already finished (only a part was still
                         # running): no worker will write its outcome, so write it here.
-                        self._r.srem(_HELD, job_id)
+                        self._r.srem(HELD, job_id)
                         self._cancelled_outcome(job_id)
                     return JobState.CANCELLED
                 except Exception as exc:  # redis.WatchError: someone changed it; look again
