@@ -107,7 +107,7 @@ def wake_cost(url: str, asleep_s: float = WAKE_ASLEEP_S, pings: int = 300) -> di
     virtual machine whose idle CPUs halt (KVM's haltpoll), the first work after a sleep runs
     slower, and that cost is the machine's, not the fleet code's. The fleet's own client, as its
     job store reaches Redis."""
-    from mediafleet.fleet.store import redis_client
+    from mediafleet.fleet.redis_client import redis_client
 
     client = redis_client(Settings(broker_url=url), retry_s=0)
     woken, warm = [], []

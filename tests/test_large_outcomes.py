@@ -20,7 +20,8 @@ from mediafleet.contract.digests import hash_bytes
 from mediafleet.contract.errors import ErrorCode
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome
 from mediafleet.contract.manifest import Modality, default_manifest
-from mediafleet.fleet.store import INLINE_OUTCOME_MAX_BYTES, JobStore, OutcomeSigner
+from mediafleet.fleet.signing import OutcomeSigner
+from mediafleet.fleet.store import INLINE_OUTCOME_MAX_BYTES, JobStore
 from mediafleet.blobs.retention import Retention, collect_garbage
 from mediafleet.workers.runner import run_request
 from tests.helpers import without_run

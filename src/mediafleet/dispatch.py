@@ -23,11 +23,12 @@ from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InputReject
 from mediafleet.contract.jobs import JobState
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.orchestrators.job import Job, claimed
-from mediafleet.fleet.store import JobStore, queue_lists  # noqa: F401 - queue_lists: importable from here, as before
+from mediafleet.fleet.keys import queue_lists  # noqa: F401 - queue_lists: importable from here, as before
+from mediafleet.fleet.store import JobStore
 from mediafleet.orchestrators.protocol import Orchestrator, orchestrator_for
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
-from mediafleet.fleet.unreachable import translating
+from mediafleet.fleet.redis_client import translating
 
 if TYPE_CHECKING:
     from mediafleet.orchestrators.celery_fleet import CeleryOrchestrator

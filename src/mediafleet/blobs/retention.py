@@ -181,7 +181,7 @@ def _redis_for(settings: Settings) -> Any:
     url = settings.backend()
     if url is None or not url.startswith(("redis://", "rediss://")):
         return None
-    from mediafleet.fleet.store import redis_client
+    from mediafleet.fleet.redis_client import redis_client
 
     # The fleet's one client factory: the password, and the TLS options for rediss:// (a private CA).
     return redis_client(settings, retry_s=3)

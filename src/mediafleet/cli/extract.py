@@ -11,7 +11,7 @@ from typing import Any
 from mediafleet.cli.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from mediafleet.cli.inputs import bundled_samples
 from mediafleet.cli.lines import broker_shown
-from mediafleet.fleet.unreachable import unreachable_errors
+from mediafleet.fleet.redis_client import unreachable_errors
 
 __all__ = ["INPUT_FAILURE_FORMAT", "out_problem", "run"]
 

@@ -20,8 +20,11 @@ from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf, 
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.orchestrators.job import Job
-from mediafleet.fleet.store import JobRecord, JobStore, Watch, finished_channel
-from mediafleet.fleet.unreachable import redis_away_errors, translating
+from mediafleet.fleet.keys import finished_channel
+from mediafleet.fleet.records import JobRecord
+from mediafleet.fleet.redis_client import redis_away_errors, translating
+from mediafleet.fleet.store import JobStore
+from mediafleet.fleet.watches import Watch
 from mediafleet.fleet.reports import join_parts, report_part
 from mediafleet.workers.parts import own_part
 
