@@ -9,16 +9,25 @@ Each modality's spec names its shape (:attr:`mediafleet.workers.spec.ModalitySpe
 
 Shapes (a JSON object; ``available`` missing means true; ``error`` only on failure):
 
-* pdf: ``pages: [{page, width, height, text, boxes: [{text, x, y, width, height}]}]`` (PDF points,
-  top-left origin; ``page`` 1-based)
+* pdf: ``pages: [{page, width, height, text, embedding?, boxes: [{text, x, y, width, height}]}]`` (PDF
+  points, top-left origin; ``page`` 1-based; ``embedding``: the page text's static vector, when the
+  server has the model)
 * image: ``phash``, ``thumbnail_png_b64?``, ``regions: [{x, y, width, height, label?, confidence?,
-  crop_png_b64?}]`` (pixels of the upright image; ``crop_png_b64`` is never sent, the box locates it)
+  crop_png_b64?}]`` (pixels of the upright image; ``crop_png_b64``: a text line's pixels, for the
+  first regions the server crops; the whole-image region's ``label`` is ``image``, or
+  ``image (<type>; claimed <type>)`` when the bytes are not the type the caller claimed)
 * audio: ``segments: [{start_ms, end_ms, text, confidence?}]`` (integer milliseconds)
 * video: ``shots: [{start_ms, end_ms, label?, confidence?}]`` (integer milliseconds),
   ``keyframes: [{start_frame, end_frame?, png_b64?}]`` (1-based, inclusive frame numbers)
 
 Every response also carries ``bundle``: the full evidence bundle (governed loci, PROV-O, claim);
-``images_not_inlined`` counts images the response could not carry inline (the bundle names them).
+``media_type`` (what the bytes are) and, when the caller claimed one, ``claimed_media_type`` and
+``media_type_agrees``; ``embedding_model`` when pages carry embeddings; ``images_not_inlined``
+counts images the response could not carry inline (the bundle names them).
+
+What the server adds at response time comes in ``inline``: blob ref -> base64 PNG (thumbnails,
+keyframes), ``crop:<evidence id>`` -> a region's base64 PNG crop, ``embedding:page:<n>`` -> a
+page's vector (:mod:`mediafleet.mcp.extras`).
 """
 
 from __future__ import annotations
@@ -45,12 +54,20 @@ def _evidence(bundle: EvidenceBundle) -> Iterator[tuple[dict[str, Any], dict[str
             yield node.properties["evidence_locus"]["address"], node.properties
 
 
+def _evidence_ids(bundle: EvidenceBundle) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(evidence id, address, node properties) of each Evidence node, in the bundle's order."""
+    for node in bundle.nodes:
+        if node.node_type == "Evidence":
+            yield node.id, node.properties["evidence_locus"]["address"], node.properties
+
+
 def _box(address: Mapping[str, Any]) -> dict[str, float]:
     return {k: address[k] for k in ("x", "y", "width", "height")}
 
 
-def pdf_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
-    """``pages``, each with its text and line boxes (the PDF spec's caller shape)."""
+def pdf_shape(bundle: EvidenceBundle, inline: Mapping[str, Any]) -> dict[str, Any]:
+    """``pages``, each with its text, its text's ``embedding`` when the server gave one, and its line
+    boxes (the PDF spec's caller shape)."""
     pages: dict[int, dict[str, Any]] = {}
     for address, props in _evidence(bundle):
         kind = address["kind"]
@@ -59,6 +76,8 @@ def pdf_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, An
                                       "height": address["height"], "text": "", "boxes": []}
         elif kind == "character_range":
             pages[props["page"]]["text"] = props["text"]
+            if (vector := inline.get(f"embedding:page:{props['page']}")) is not None:
+                pages[props["page"]]["embedding"] = vector
         elif kind == "image_region":
             pages[props["page"]]["boxes"].append({"text": props["text"], **_box(address)})
     return {"pages": list(pages.values())}
@@ -105,17 +124,26 @@ def _thumbnail_ref(props: Mapping[str, Any]) -> str | None:
     return blob_ref(digest) if isinstance(digest, str) else None
 
 
-def image_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, Any]:
+def _image_label(bundle: EvidenceBundle) -> str:
+    """The whole-image region's label: ``image``, with the bytes' type and the claimed one when they
+    differ (the callers' adapter keeps a region's label; it drops the response's other fields)."""
+    claimed = bundle.artifact.claimed
+    if claimed is None or claimed.media_type_agrees is not False:
+        return "image"
+    return f"image ({bundle.artifact.media_type}; claimed {claimed.media_type})"
+
+
+def image_shape(bundle: EvidenceBundle, inline: Mapping[str, Any]) -> dict[str, Any]:
     """The image spec's caller shape: the first page's pHash and thumbnail; a region per ImageRegion
-    locus (the whole image, labelled ``image``, then each text line, labelled with its text), each
-    with its 1-based ``page``."""
+    locus (the whole image, labelled ``image``, then each text line, labelled with its text and
+    with its crop when the server made one), each with its 1-based ``page``."""
     shape: dict[str, Any] = {"phash": None, "regions": []}
-    for address, props in _evidence(bundle):
+    for evidence_id, address, props in _evidence_ids(bundle):
         if address["kind"] != "image_region":
             continue
         region: dict[str, Any] = {**_box(address), "page": props.get("page", 1)}
         if props.get("region") == "image":
-            region["label"] = "image"
+            region["label"] = _image_label(bundle)
             if shape["phash"] is None:
                 shape["phash"] = props.get("phash")
                 thumbnail = inline.get(_thumbnail_ref(props) or "")
@@ -126,6 +154,8 @@ def image_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, 
                 region["label"] = props["label"]
             if props.get("confidence") is not None:
                 region["confidence"] = props["confidence"]
+            if (crop := inline.get(f"crop:{evidence_id}")) is not None:
+                region["crop_png_b64"] = crop
         shape["regions"].append(region)
     return shape
 
@@ -148,13 +178,16 @@ def inline_wanted(bundle: EvidenceBundle) -> list[str]:
     return wanted
 
 
-def caller_response(bundle: EvidenceBundle, inline: Mapping[str, str] | None = None) -> dict[str, Any]:
+def caller_response(bundle: EvidenceBundle, inline: Mapping[str, Any] | None = None, *,
+                    embedding_model: str | None = None) -> dict[str, Any]:
     """The callers' response for an ``ok`` bundle, with the bundle alongside.
 
     Args:
         bundle: an ``ok`` evidence bundle.
         inline: blob ref -> base64 PNG, for the images the caller gets inline (see
-            :func:`inline_wanted`).
+            :func:`inline_wanted`); ``crop:<evidence id>`` and ``embedding:page:<n>`` entries (see
+            the module's docstring).
+        embedding_model: the model (and version) of the embeddings in ``inline``.
 
     Raises:
         ValueError: the bundle is not ``ok`` (use :func:`failure_response`).
@@ -171,6 +204,12 @@ def caller_response(bundle: EvidenceBundle, inline: Mapping[str, str] | None = N
     if left_out:
         # Over the server's inline budget (or unreadable): the bundle still names each image's blob.
         shape["images_not_inlined"] = left_out
+    shape["media_type"] = bundle.artifact.media_type
+    if bundle.artifact.claimed is not None and bundle.artifact.claimed.media_type is not None:
+        shape["claimed_media_type"] = bundle.artifact.claimed.media_type
+        shape["media_type_agrees"] = bundle.artifact.claimed.media_type_agrees
+    if embedding_model and any(key.startswith("embedding:") for key in inline):
+        shape["embedding_model"] = embedding_model
     return {"available": True, **shape, "bundle": bundle.model_dump(mode="json")}
 
 

@@ -228,3 +228,38 @@ def test_the_fleet_serves_a_good_image_after_a_corrupt_one(fleet_env, start_work
     texts = [n.properties.get("text") for n in good.nodes if n.node_type == "Evidence"]
     assert "Still serving" in texts
     assert assert_engine_valid(good) == 2
+
+
+# -- region crops (the callers' crop_png_b64) --------------------------------------------------------------
+
+
+def test_region_crops_are_the_upright_pixels_of_each_box_bounded_in_size_and_count(tmp_path: Path) -> None:
+    import io
+    import math
+
+    from PIL import Image
+
+    from mediafleet.contract.manifest import Limits
+    from mediafleet.workers.image.crops import Box, region_crops
+
+    upright = Image.new("RGB", (300, 200), "white")
+    for x in range(300):
+        for y in range(0, 200, 7):
+            upright.putpixel((x, y), (x % 256, y, 90))
+    # Stored rotated, with the EXIF orientation (6: turn 90 degrees clockwise) that makes it upright.
+    stored = upright.transpose(Image.Transpose.ROTATE_90)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / "rotated.png"
+    stored.save(path, format="PNG", exif=exif)
+    limits = Limits(max_bytes=10**8, max_pixels=10**7, max_pages=10)
+    boxes = [Box(1, 10.5, 20.2, 50.0, 30.0), Box(1, 0, 0, 300, 200), Box(1, 290, 190, 0.2, 0.2), Box(1, 5, 5, 9, 9)]
+    first, whole, tiny, past = region_crops(path, boxes, limits, max_side=128, max_count=3)
+    crop = Image.open(io.BytesIO(first))
+    assert crop.format == "PNG" and crop.size == (51, 31)
+    assert crop.convert("RGB").tobytes() == upright.crop((10, 20, math.ceil(60.5), math.ceil(50.2))).tobytes()
+    assert max(Image.open(io.BytesIO(whole)).size) == 128  # scaled down to max_side, aspect kept
+    assert Image.open(io.BytesIO(whole)).size == (128, 85)
+    assert tiny is not None and Image.open(io.BytesIO(tiny)).size == (1, 1)
+    assert past is None  # past max_count
+    assert region_crops(path, boxes, limits, max_count=0) == [None] * 4

@@ -63,6 +63,7 @@ from mediafleet.contract.errors import (
 )
 from mediafleet.contract.manifest import Capability
 from mediafleet.dispatch import Dispatcher, Job
+from mediafleet.mcp.extras import crop_key, crop_targets, embedding_key, page_embeddings, page_texts
 from mediafleet.mcp.http_cap import BodyCap
 from mediafleet.mcp.inline import Decoded, NotBase64, b64_size, decode_into, split_params
 from mediafleet.mcp.localjobs import LocalJobs, RunnerDied, run_folder, submit_request
@@ -299,7 +300,12 @@ class SidecarTools:
         if bundle.status != "ok":
             assert bundle.error is not None
             raise _Failed(bundle.error, bundle)
-        return caller_response(bundle, self._inline(bundle))
+        inline = self._inline(bundle, capability)
+        model = None
+        if self.embeddings and (found := page_embeddings(page_texts(bundle))) is not None:
+            vectors, model = found
+            inline.update({embedding_key(page): vector for page, vector in vectors.items()})
+        return caller_response(bundle, inline, embedding_model=model or None)
 
     def _request(self, parsed: _Params, capability: Capability) -> _Request:
         params = parsed.values
@@ -402,21 +408,47 @@ class SidecarTools:
 
     # -- images inline -------------------------------------------------------------------------
 
-    def _inline(self, bundle: EvidenceBundle) -> dict[str, str]:
-        """Base64 PNGs of the images the caller wants inline, read from the blob store now."""
+    def _inline(self, bundle: EvidenceBundle, capability: Capability) -> dict[str, Any]:
+        """Base64 PNGs of the images the caller wants inline, read from the blob store now: the
+        thumbnail and keyframes first, then region crops, within ``max_image_bytes`` in all."""
         budget = self.max_image_bytes
-        inline: dict[str, str] = {}
-        for ref in inline_wanted(bundle):
+        inline: dict[str, Any] = {}
+        wanted = inline_wanted(bundle)
+        for ref in wanted:
             png = self._png(ref)
             if png is None:
                 continue
             encoded = base64.b64encode(png).decode("ascii")
             if len(encoded) > budget:
-                log.info("inline budget spent: %d image(s) not inlined", len(inline_wanted(bundle)) - len(inline))
-                break
+                log.info("inline budget spent: %d image(s) not inlined", len(wanted) - len(inline))
+                return inline
             budget -= len(encoded)
             inline[ref] = encoded
+        for key, png in self._crops(bundle, capability):
+            encoded = base64.b64encode(png).decode("ascii")
+            if len(encoded) > budget:
+                log.info("inline budget spent: region crops cut short")
+                break
+            budget -= len(encoded)
+            inline[key] = encoded
         return inline
+
+    def _crops(self, bundle: EvidenceBundle, capability: Capability) -> list[tuple[str, bytes]]:
+        """(inline key, PNG) of the first ``region_crops`` text-line regions of an image, cut from
+        the stored artifact (its digest checked); none when it cannot be read back."""
+        targets = crop_targets(bundle)[:self.region_crops]
+        if not targets:
+            return []
+        from mediafleet.workers.image.crops import region_crops
+
+        try:
+            with self.dispatcher.store.verified_path(bundle.artifact.digest) as path:
+                pngs = region_crops(path, [box for _, box in targets], capability.limits, max_count=len(targets))
+        except MediafleetError as exc:  # gone from the store, or changed: the boxes still locate them
+            log.warning("region crops not made: %s", exc.code.value)
+            return []
+        return [(crop_key(evidence_id), png) for (evidence_id, _), png in zip(targets, pngs, strict=True)
+                if png is not None]
 
     def _png(self, blob_ref: str) -> bytes | None:
         digest = digest_of_ref(blob_ref)
