@@ -37,6 +37,23 @@ class Settings(BaseSettings):
     redis_tls_ca_file: Path | None = Field(None, description="CA bundle to verify Redis over TLS (rediss://)")
     redis_tls_cert_file: Path | None = Field(None, description="client certificate, when Redis asks for one")
     redis_tls_key_file: Path | None = Field(None, repr=False, description="the client certificate's key")
+    sentinel_master: str | None = Field(
+        None, description="with a sentinel:// broker (every sentinel, ';'-separated: sentinel://H1:26379;sentinel://"
+        "H2:26379), the name the sentinels know the master by; queues, records, presence, status and gc all reach "
+        "whichever node is master now (docs/redis-ha.md)",
+    )
+    sentinel_password: SecretStr | None = Field(
+        None, repr=False, description="the sentinels' own password (their requirepass), where it differs from the "
+        "master's (redis_password or the URL's); unset: the sentinels ask for none",
+    )
+    replica_acks: int | None = Field(
+        None, ge=0, le=8, description="replicas that must hold a job's claim and its outcome before either is "
+        "reported (Redis WAIT), so a failover loses nothing acknowledged; unset: 1 behind sentinel://, else 0",
+    )
+    replica_wait_ms: int = Field(
+        1000, ge=10, description="how long one WAIT for replica_acks lasts; a write not held by enough replicas by "
+        "then is waited for again, and after about 25 s counts as Redis being away (the write is retried)",
+    )
     signing_key_file: Path | None = Field(None, repr=False, description="private key that signs task messages")
     signing_cert_file: Path | None = Field(None, description="certificate matching signing_key_file")
     signing_cert_store: Path | None = Field(None, description="folder of certificates whose signatures are trusted")

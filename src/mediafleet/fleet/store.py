@@ -34,9 +34,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.fleet import scripts as jobscripts
+from mediafleet.fleet.deliveries import (MAX_DELIVERIES, Started, delivery_taker, started_reply,
+                                         task_result_writer)
 from mediafleet.fleet.keys import CELERY_RESULT, HELD, STARTED, SWEEP, finished_channel, job_key, queue_lists
 from mediafleet.fleet.records import ENDED, FINAL, JobRecord, notice_bytes, notice_fields, text
-from mediafleet.fleet.redis_client import eviction_warning, redis_client
+from mediafleet.fleet.redis_client import RETRY_S, eviction_warning, is_sentinel, redis_client
+from mediafleet.fleet.replication import hold
 from mediafleet.fleet.signing import OutcomeSigner, signed_text
 from mediafleet.fleet.watches import IdleWatches, Watch
 
@@ -53,50 +56,6 @@ __all__ = ["INLINE_OUTCOME_MAX_BYTES", "MAX_DELIVERIES", "Claim", "JobRecord", "
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
 # The settings' ``outcome_inline_max_bytes`` overrides it for a process.
 INLINE_OUTCOME_MAX_BYTES = 1 << 20
-
-
-def task_result_writer(client: Any) -> Callable[[str, str, str, int | None, str], bool]:
-    """How a delivery writes its task's Celery result through ``client`` (Celery's backend's own):
-    ``write(task_id, key, value, expires_s, token)``, True when written. A delivery of an earlier
-    submission of the job writes nothing (:data:`mediafleet.fleet.scripts.TASK_RESULT`)."""
-    script = client.register_script(jobscripts.TASK_RESULT)
-
-    def write(task_id: str, key: str, value: str, expires_s: int | None, token: str) -> bool:
-        lifetime = str(int(expires_s)) if expires_s else ""
-        return bool(script(keys=[key, JobStore.key(task_id)], args=[value, lifetime, token]))
-
-    return write
-
-
-Started = tuple[int, JobState | None, dict[str, str]]
-"""What counting a delivery gives (:meth:`JobStore.start`): its number (-1 for a stale message, 0 for
-an unknown job), the record's state before it, and the parts the job fanned out (name -> job id)."""
-
-
-def _started(reply: Sequence[Any]) -> Started:
-    attempts, before, parts = (v.decode() if isinstance(v, bytes) else v for v in reply)
-    return int(attempts), (JobState(before) if before else None), json.loads(parts) if parts else {}
-
-
-def delivery_taker(client: Any) -> Callable[[str, str, str, tuple[str, str], str, str], Started]:
-    """How a worker's consumer counts a delivery as it takes the message, through ``client`` (kombu's
-    own: no retries, which would stall the consumer's loop): ``take(job_id, hostname, token,
-    (unacked index, unacked hash), delivery tag, the delivery as kombu keeps it)`` records the
-    delivery as kombu's QoS would and starts it as :meth:`JobStore.start` does, in one step
-    (:data:`mediafleet.fleet.scripts.TAKE`); returns what ``start`` returns."""
-    script = client.register_script(jobscripts.TAKE)
-
-    def take(job_id: str, hostname: str, token: str, unacked: tuple[str, str], tag: str, kept: str) -> Started:
-        now = time.time()
-        return _started(script(keys=[JobStore.key(job_id), STARTED, *unacked],
-                               args=[hostname, os.getpid(), now, token, job_id, now, tag, kept]))
-
-    return take
-
-
-# A job whose worker process died this many times (OOM kill, segfault, SIGKILL) is not delivered
-# again: it fails with ``worker_lost`` and the queue keeps flowing.
-MAX_DELIVERIES = 3
 
 
 class ReportsGone(RuntimeError):
@@ -147,9 +106,13 @@ class JobStore:
     """Job records in the Redis behind ``client`` (a ``redis.Redis``)."""
 
     def __init__(self, client: Any, ttl_s: int, signer: Any = None, blobs: BlobStore | None = None,
-                 inline_max_bytes: int = INLINE_OUTCOME_MAX_BYTES) -> None:
+                 inline_max_bytes: int = INLINE_OUTCOME_MAX_BYTES, replica_acks: int = 0,
+                 replica_wait_ms: int = 1000) -> None:
         """``blobs``: where an outcome larger than ``inline_max_bytes`` (its JSON) is kept and read
-        back from; without one every outcome is kept inline."""
+        back from; without one every outcome is kept inline. ``replica_acks``: replicas that must
+        hold a claim or an outcome before it is reported (:meth:`replicated`)."""
+        self._acks = replica_acks
+        self._wait_ms = replica_wait_ms
         self._r = client
         self._ttl_s = ttl_s
         self._signer = signer
@@ -180,8 +143,19 @@ class JobStore:
 
             blobs = open_store(settings)
         limit = settings.outcome_inline_max_bytes
+        acks = settings.replica_acks if settings.replica_acks is not None else int(is_sentinel(settings.backend()))
         return cls(redis_client(settings), settings.result_ttl_s, OutcomeSigner.from_settings(settings), blobs,
-                   INLINE_OUTCOME_MAX_BYTES if limit is None else limit)
+                   INLINE_OUTCOME_MAX_BYTES if limit is None else limit, acks, settings.replica_wait_ms)
+
+    def replicated(self) -> None:
+        """Return once the replicas the store was given hold every write made before (at once with
+        none asked): what makes a claim or an outcome safe to report through a failover.
+
+        Raises:
+            NotReplicated: too few replicas held it for about :data:`RETRY_S` seconds (a
+                ``redis.ConnectionError``: Redis counts as away).
+        """
+        hold(self._r, self._acks, self._wait_ms, RETRY_S)
 
     @property
     def client(self) -> Any:
@@ -215,6 +189,8 @@ class JobStore:
         signed = signed_text(job_id, fields)
         forged = (self._signer is not None and signed is not None
                   and not self._signer.verify(signed, fields.get("outcome_sig")))
+        if self._acks and fields.get("state") in FINAL:
+            self.replicated()  # a finished record is reported only once replicas hold it
         return JobRecord(job_id, fields, forged, None if alive < 0 else bool(alive), self._blobs, self._signer,
                          brief=brief), ended
 
@@ -350,6 +326,7 @@ class JobStore:
             args=[max(keep_s, self._ttl_s), job_id, drop_before, live_since, worker_key(""), held_reason, route,
                   len(candidates), *routes, *flat])
         request = candidates[max(int(taken), 1) - 1][1]
+        self.replicated()  # the claim that makes the job id idempotent is held by replicas before it counts
         return Claim(token if created else None, request, int(taken) == 0, bool(pushed))
 
     def _claim_fields(self, request: ExtractRequest, token: str, priority: int, keep_s: int,
@@ -447,7 +424,7 @@ class JobStore:
         Otherwise the count is this delivery's number, which owns the record from now on: pass it
         as ``delivery`` to :meth:`finish` and :meth:`report_part`.
         """
-        return _started(self._start(keys=[self.key(job_id), STARTED],
+        return started_reply(self._start(keys=[self.key(job_id), STARTED],
                                     args=[hostname, os.getpid(), time.time(), token, job_id]))
 
     def progress(self, job_id: str, done: int, total: int | None, unit: str) -> JobState | None:
@@ -504,14 +481,20 @@ class JobStore:
             # the message, naming its own process: :func:`delivery_taker`).
             fields["pid"] = str(os.getpid())
         flat = [x for kv in fields.items() for x in kv]
+        # With replicas to wait for, the waiters are woken only once they hold the outcome.
+        notify = announce and not self._acks
         written = self._finish(keys=[self.key(outcome.job_id), STARTED, finished_channel(outcome.job_id)], args=[
             "" if delivery is None else delivery, "" if seen_attempts is None else seen_attempts, hostname or "",
-            outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, "1" if announce else "0",
-            "1" if unless_cancelled else "0", notice_bytes(flat) if announce else "", keep_part or "", *flat])
+            outcome.job_id, "1" if outcome.status == "ok" else "0", self._ttl_s, "1" if notify else "0",
+            "1" if unless_cancelled else "0", notice_bytes(flat) if notify else "", keep_part or "", *flat])
         if int(written) < 0:
             from mediafleet.contract.errors import Cancelled
 
             raise Cancelled("the job was cancelled")
+        if written and self._acks:
+            self.replicated()
+            if announce:
+                self.announce_finished(outcome.job_id)
         return bool(written)
 
     def _outcome_fields(self, outcome: Outcome | StreamedOutcome) -> dict[str, str]:
