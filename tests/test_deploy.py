@@ -416,7 +416,7 @@ def test_every_priority_of_a_queue_is_counted_where_kombu_puts_it(fleet_env: dic
 
     from mediafleet import Dispatcher, Settings
     from mediafleet.contract.manifest import DeviceClass
-    from mediafleet.workers.app import redis_priority
+    from mediafleet.workers.runtime.message import redis_priority
 
     dispatcher = Dispatcher(Settings(broker_url=fleet_env["MEDIAFLEET_BROKER_URL"], blob_root=tmp_path / "blobs"))
     queue = dispatcher.manifest.capability("ocr_pdf").queue(DeviceClass.CPU)

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
+from mediafleet.contract.jobs import JobState
+from mediafleet.contract.manifest import DeviceClass
+from mediafleet.workers.runtime.config import create_app
 
 from mediafleet import LocalBlobStore, Settings
 from mediafleet import dispatch as dispatch_module
-from mediafleet.contract.jobs import JobState
-from mediafleet.contract.manifest import DeviceClass
-from mediafleet.fleet.store import JobStore, finished_channel
 from mediafleet.fleet.presence import Announcer
-from mediafleet.workers.app import create_app
+from mediafleet.fleet.store import JobStore, finished_channel
 from tests.test_middleware import pdf_request
 
 
@@ -33,7 +33,7 @@ def test_one_celery_app_per_settings_however_many_calls(tmp_path: Path) -> None:
 def test_each_app_has_its_own_task(tmp_path: Path) -> None:
     """A process with two fleet apps (two settings) finalizes both: each has its own task, not the
     first app's closure under the same name (as a shared task would be, with a warning)."""
-    from mediafleet.workers.app import EXTRACT_TASK
+    from mediafleet.workers.runtime.names import EXTRACT_TASK
 
     first = create_app(Settings(broker_url="redis://127.0.0.1:1/1", blob_root=tmp_path / "a"))
     second = create_app(Settings(broker_url="redis://127.0.0.1:1/2", blob_root=tmp_path / "b"))
@@ -64,8 +64,8 @@ def test_a_message_is_made_ahead_only_where_making_it_sends_nothing_else(tmp_pat
     events on (one event per message made) or a publish signal with receivers (one call per
     message made) the message is sent after the claim instead, as before."""
     from celery.signals import before_task_publish
+    from mediafleet.workers.runtime.message import extract_message
 
-    from mediafleet.workers.app import extract_message
     from tests.test_middleware import pdf_request
 
     request = pdf_request(LocalBlobStore(tmp_path / "blobs"))
@@ -85,8 +85,9 @@ def test_a_message_is_made_ahead_only_where_making_it_sends_nothing_else(tmp_pat
 
 
 def test_the_cli_worker_flag_turns_task_events_on(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from mediafleet.workers.runtime import boot
+
     from mediafleet import cli
-    from mediafleet.workers import boot
 
     seen: list[bool] = []
     monkeypatch.setattr(boot, "boot_worker", lambda settings, options, manifest: seen.append(settings.task_events))
@@ -100,7 +101,8 @@ def test_the_cli_worker_flag_turns_task_events_on(tmp_path: Path, monkeypatch) -
 def test_sending_a_task_opens_no_result_subscription(redis_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Waiters here have their own subscription (:class:`Watch`): sending a job's message does not
     also subscribe this process to its task's result channel."""
-    from mediafleet.workers.app import FleetRedisBackend, send_extract
+    from mediafleet.workers.runtime.backend import FleetRedisBackend
+    from mediafleet.workers.runtime.message import send_extract
 
     settings = Settings(broker_url=f"redis://127.0.0.1:{redis_server.port}/15", blob_root=tmp_path)
     app = create_app(settings)
@@ -123,7 +125,7 @@ def test_a_task_result_is_stored_only_where_a_waiter_may_need_it(redis_server, t
     (``in_record``) leaves no Celery result: every waiter reads the record. Any other task's summary
     (a part's, a stale delivery's that wrote nothing) is stored, as the waiter's lost-worker and
     dead-joiner checks read it."""
-    from mediafleet.workers.app import IN_RECORD, PUBLISHED
+    from mediafleet.workers.runtime.names import IN_RECORD, PUBLISHED
 
     app = create_app(Settings(broker_url=f"redis://127.0.0.1:{redis_server.port}/15", blob_root=tmp_path))
     client = app.backend.client
@@ -188,9 +190,11 @@ def test_a_progress_point_celery_cannot_store_is_dropped_and_the_job_goes_on(tmp
     before the outcome was written. The task shell raises it as Redis's own error, and progress
     reporting drops the point as it drops any with Redis away."""
     import redis
+    from mediafleet.workers.runtime.backend import publish_progress
+    from mediafleet.workers.runtime.middleware.delivery import Delivery
+    from mediafleet.workers.runtime.middleware.progress import ProgressReporting
+    from mediafleet.workers.runtime.names import EXTRACT_TASK
 
-    from mediafleet.workers.app import EXTRACT_TASK, _publish_progress
-    from mediafleet.workers.middleware import Delivery, ProgressReporting
     from tests.servers import free_port
 
     port = free_port()
@@ -201,7 +205,7 @@ def test_a_progress_point_celery_cannot_store_is_dropped_and_the_job_goes_on(tmp
     app.backend.retry_policy = {**app.backend.retry_policy, "max_retries": 0}
     away = JobStore(redis.Redis(port=port, socket_connect_timeout=0.2), ttl_s=60)
     delivery = Delivery(pdf_request(LocalBlobStore(tmp_path / "blobs")), away,
-                        publish=lambda meta: _publish_progress(task, meta))
+                        publish=lambda meta: publish_progress(task, meta))
     task.push_request(id="mf-away", kwargs={"token": "t"})
     try:
         assert ProgressReporting().on_progress(delivery, 1, 3) is False
@@ -220,8 +224,7 @@ def test_a_delivery_taken_while_redis_is_full_is_kept_or_the_log_says_it_cannot_
 
     import redis
     from kombu.transport import redis as kombu_redis
-
-    from mediafleet.workers.app import _FleetQoS
+    from mediafleet.workers.runtime.transport import _FleetQoS
 
     def qos_on(client):  # type: ignore[no-untyped-def]
         @contextmanager
@@ -268,8 +271,9 @@ def test_the_consumer_counts_a_fleet_delivery_in_the_step_that_records_it(  # ty
 
     import redis
     from celery.app.task import Context
-
-    from mediafleet.workers import app as app_module
+    from mediafleet.workers.runtime import message as message_module
+    from mediafleet.workers.runtime import transport as app_module
+    from mediafleet.workers.runtime.names import TAKEN_HEADER
 
     url = f"redis://127.0.0.1:{redis_server.port}/15"
     client = redis.Redis.from_url(url)
@@ -283,7 +287,7 @@ def test_the_consumer_counts_a_fleet_delivery_in_the_step_that_records_it(  # ty
     Announcer(client, "w@test", "cpu", [queue]).start()
 
     def message(candidate, token):  # type: ignore[no-untyped-def]
-        return app_module.extract_message(app, candidate, capability, token, 4)
+        return message_module.extract_message(app, candidate, capability, token, 4)
 
     monkeypatch.setattr(app_module, "_TAKING", app_module._Taking("w@test"))
     try:
@@ -295,14 +299,14 @@ def test_the_consumer_counts_a_fleet_delivery_in_the_step_that_records_it(  # ty
             record = jobs.get(request.job_id)
             assert record is not None and record.state == JobState.STARTED and record.attempts == 1
             assert record.hostname == "w@test"
-            assert got.headers[app_module.TAKEN_HEADER] == [1, "queued", {}]
+            assert got.headers[TAKEN_HEADER] == [1, "queued", {}]
             kept, _, _ = json.loads(client.hget("unacked", got.delivery_tag))
-            assert app_module.TAKEN_HEADER not in kept["headers"] and kept["headers"]["id"] == request.job_id
+            assert TAKEN_HEADER not in kept["headers"] and kept["headers"]["id"] == request.job_id
             assert client.zscore("unacked_index", got.delivery_tag) is not None
 
             got.requeue()  # back from kombu's record: counted again, as any new delivery
             again = inbox.get(timeout=10)
-            assert again.headers[app_module.TAKEN_HEADER] == [2, "started", {}]
+            assert again.headers[TAKEN_HEADER] == [2, "started", {}]
             again.ack()
             assert client.hlen("unacked") == 0
 
@@ -313,10 +317,10 @@ def test_the_consumer_counts_a_fleet_delivery_in_the_step_that_records_it(  # ty
             assert forged.sent
             key = queue + "\x06\x165"
             raw = json.loads(client.rpop(key))
-            raw["headers"][app_module.TAKEN_HEADER] = [1, "queued", {}]
+            raw["headers"][TAKEN_HEADER] = [1, "queued", {}]
             client.lpush(key, json.dumps(raw))
             plain = inbox.get(timeout=10)
-            assert app_module.TAKEN_HEADER not in plain.headers
+            assert TAKEN_HEADER not in plain.headers
             plain.ack()
 
             # A request this worker cannot read (a field of a later release's) is not counted: the
@@ -330,7 +334,7 @@ def test_the_consumer_counts_a_fleet_delivery_in_the_step_that_records_it(  # ty
             raw["body"] = base64.b64encode(json.dumps([args, kwargs, embed]).encode()).decode()
             client.lpush(key, json.dumps(raw))
             unread = inbox.get(timeout=10)
-            assert app_module.TAKEN_HEADER not in unread.headers
+            assert TAKEN_HEADER not in unread.headers
             record = jobs.get(later.job_id)
             assert record is not None and record.state == JobState.QUEUED and record.attempts == 0
             unread.ack()
@@ -338,11 +342,11 @@ def test_the_consumer_counts_a_fleet_delivery_in_the_step_that_records_it(  # ty
 
         signed = Settings(broker_url=url, blob_root=tmp_path, signing_key_file=tmp_path / "key.pem",
                           signing_cert_file=tmp_path / "cert.pem", signing_cert_store=tmp_path)
-        ctx = Context(**{app_module.TAKEN_HEADER: [1, "queued", {"speech": "mf-x"}]})
+        ctx = Context(**{TAKEN_HEADER: [1, "queued", {"speech": "mf-x"}]})
         assert app_module.taken(ctx, settings) == (1, JobState.QUEUED, {"speech": "mf-x"})
         assert app_module.taken(ctx, signed) is None
         for bad in ([1, "queued"], ["1", "queued", {}], [1, "no such state", {}], [1, "", {"a": 1}], "1"):
-            assert app_module.taken(Context(**{app_module.TAKEN_HEADER: bad}), settings) is None
+            assert app_module.taken(Context(**{TAKEN_HEADER: bad}), settings) is None
         assert app_module.taken(Context(), settings) is None
     finally:
         client.flushdb()
@@ -399,9 +403,9 @@ def test_the_claim_pushes_the_message_of_the_class_it_routes_to_in_the_same_step
     import json
 
     import redis
+    from mediafleet.workers.runtime.message import extract_message, send_extract
 
     from mediafleet.fleet.store import queue_lists
-    from mediafleet.workers.app import extract_message, send_extract
 
     url = f"redis://127.0.0.1:{redis_server.port}/15"
     client = redis.Redis.from_url(url)
@@ -461,8 +465,7 @@ def test_later_messages_are_made_from_a_checked_form_as_send_task_makes_them(
     from types import SimpleNamespace
 
     from celery import Celery
-
-    from mediafleet.workers import app as app_module
+    from mediafleet.workers.runtime import message as message_module
 
     url = f"redis://127.0.0.1:{redis_server.port}/15"
     app = create_app(Settings(broker_url=url, blob_root=tmp_path))
@@ -470,7 +473,7 @@ def test_later_messages_are_made_from_a_checked_form_as_send_task_makes_them(
     store = LocalBlobStore(tmp_path / "blobs")
     requests = [pdf_request(store, job_id=f"mf-{i:032x}") for i in range(5)]
     by_celery: list[tuple[str, str]] = []
-    real = app_module._made_by_celery
+    real = message_module._made_by_celery
 
     def counted(*args: object) -> tuple[str, str] | None:
         by_celery.append(made := real(*args))  # type: ignore[arg-type]
@@ -481,11 +484,11 @@ def test_later_messages_are_made_from_a_checked_form_as_send_task_makes_them(
         message["properties"].pop("delivery_tag")
         return made[0], message
 
-    app_module._made_by_celery, saved = counted, real  # type: ignore[assignment]
+    message_module._made_by_celery, saved = counted, real  # type: ignore[assignment]
     try:
-        made = [app_module.extract_message(app, r, capability, f"token-{i}", 4) for i, r in enumerate(requests)]
+        made = [message_module.extract_message(app, r, capability, f"token-{i}", 4) for i, r in enumerate(requests)]
     finally:
-        app_module._made_by_celery = saved
+        message_module._made_by_celery = saved
     assert len(by_celery) == 2 and by_celery == made[:2]  # the first two by send_task, the rest from the form
     forms = [f for f in app.__dict__["mediafleet_message_forms"].values() if f is not None]
     assert len(forms) == 1 and forms[0].checked
@@ -494,7 +497,7 @@ def test_later_messages_are_made_from_a_checked_form_as_send_task_makes_them(
         assert without_tag(ours) == without_tag(real(app, request, capability, f"token-{i}", 4))
         assert json.loads(ours[1])["headers"]["id"] == request.job_id
     assert len({json.loads(m[1])["properties"]["delivery_tag"] for m in made if m}) == len(made)
-    other_priority = app_module.extract_message(app, requests[0], capability, "token-0", 7)
+    other_priority = message_module.extract_message(app, requests[0], capability, "token-0", 7)
     assert other_priority is not None and other_priority[0] != made[0][0]  # its own list, its own form
 
     class Running:  # a task running in this worker: the message names it as the parent
@@ -504,7 +507,7 @@ def test_later_messages_are_made_from_a_checked_form_as_send_task_makes_them(
             return result
 
     monkeypatch.setattr(Celery, "current_worker_task", property(lambda self: Running()))
-    inside = app_module.extract_message(app, requests[1], capability, "token-1", 4)
+    inside = message_module.extract_message(app, requests[1], capability, "token-1", 4)
     assert inside is not None
     headers = json.loads(inside[1])["headers"]
     assert (headers["id"], headers["parent_id"], headers["root_id"]) == (requests[1].job_id, "mf-parent", "mf-root")
@@ -522,6 +525,7 @@ def test_a_waiter_whose_watch_followed_before_the_claim_does_not_read_the_record
 
     from mediafleet.contract.errors import ErrorCode, PublicError
     from mediafleet.contract.jobs import Outcome
+
     from mediafleet.orchestrators.fleet_job import FleetJob
 
     manifest = Settings(blob_root=tmp_path).manifest()
@@ -558,6 +562,7 @@ def test_a_finished_notice_carries_the_outcome_checked_as_the_record_would_be(jo
 
     from mediafleet.contract.errors import ErrorCode, PublicError
     from mediafleet.contract.jobs import Outcome
+
     from mediafleet.fleet.store import OutcomeSigner
     from tests.certs import signing_env
 

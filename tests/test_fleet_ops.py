@@ -20,7 +20,8 @@ from mediafleet import Dispatcher, Settings
 from mediafleet.fleet.store import MAX_DELIVERIES
 from tests.helpers import wait_for, without_run
 from tests.media import marked_pdf, text_pdf
-from mediafleet.workers.app import create_app, visibility_timeout_s
+from mediafleet.workers.runtime.config import create_app
+from mediafleet.workers.runtime.message import visibility_timeout_s
 
 pytestmark = pytest.mark.integration
 
@@ -161,7 +162,7 @@ def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     receivers): the job is not wedged. A resubmission sends it once the record has waited unsent
     for a while; before that it does not (the first dispatcher may only be slow). A second message
     for a job already done runs nothing."""
-    import mediafleet.workers.app
+    import mediafleet.workers.runtime.message
 
     start_worker("--concurrency=1")
     pdf = text_pdf(4)
@@ -170,8 +171,8 @@ def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     def die(*args: object, **kwargs: object) -> None:
         raise SystemExit("the dispatcher died")
 
-    monkeypatch.setattr(mediafleet.workers.app, "extract_message", lambda *args, **kwargs: None)
-    monkeypatch.setattr(mediafleet.workers.app, "send_extract", die)
+    monkeypatch.setattr(mediafleet.workers.runtime.message, "extract_message", lambda *args, **kwargs: None)
+    monkeypatch.setattr(mediafleet.workers.runtime.message, "send_extract", die)
     with pytest.raises(SystemExit):
         crashing.submit(pdf)
     monkeypatch.undo()
@@ -189,7 +190,7 @@ def test_a_job_recorded_but_never_sent_is_sent_by_a_resubmission(
     assert dispatcher.jobs().get(job.id).attempts == 1  # sent once, run once
 
     record = dispatcher.jobs().get(job.id)
-    mediafleet.workers.app.send_extract(dispatcher.app, record.request, dispatcher.manifest.capability("ocr_pdf"),
+    mediafleet.workers.runtime.message.send_extract(dispatcher.app, record.request, dispatcher.manifest.capability("ocr_pdf"),
                              client.hget(dispatcher.jobs().key(job.id), "token").decode(), 4)
     wait_for(lambda: dispatcher.jobs().get(job.id).attempts == 2, what="the second message")
     record = dispatcher.jobs().get(job.id)

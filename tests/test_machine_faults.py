@@ -19,7 +19,8 @@ from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, Outcome
 from mediafleet.workers import engines, extractor
 from mediafleet.workers.engines import MachineFault, broken_device, machine_fault, mark_broken
 from mediafleet.workers.gpu import visible_gpus
-from mediafleet.workers.middleware import Delivery, DeviceHealth
+from mediafleet.workers.runtime.middleware.delivery import Delivery
+from mediafleet.workers.runtime.middleware.device import DeviceHealth
 
 SPEECH = Path(__file__).parent / "data" / "speech.opus"
 

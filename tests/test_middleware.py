@@ -14,31 +14,22 @@ from typing import Any
 import pytest
 import redis
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
-
-from mediafleet.blobs.local import LocalBlobStore
 from mediafleet.contract.errors import Cancelled, ErrorCode, PublicError
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, JobState, Outcome, PartOf
 from mediafleet.contract.manifest import Manifest, Modality, default_manifest
-from mediafleet.fleet.store import MAX_DELIVERIES, JobStore, finished_channel
-from mediafleet.settings import Settings
-from mediafleet.workers.middleware import (
-    Cancellation,
-    Delivery,
-    DeliveryCounting,
-    DeliveryLimit,
-    DiscoveryIndexing,
-    FinishedNotice,
-    Middleware,
-    OutcomeReporting,
-    ProgressReporting,
-    ProgressThrottle,
-    Skip,
-    fleet_middleware,
-    run_chain,
-)
 from mediafleet.workers.parts import named_job_id
 from mediafleet.workers.runner import run_request
+from mediafleet.workers.runtime.middleware.cancellation import Cancellation
+from mediafleet.workers.runtime.middleware.chain import fleet_middleware
+from mediafleet.workers.runtime.middleware.counting import DeliveryCounting, DeliveryLimit
+from mediafleet.workers.runtime.middleware.delivery import Delivery, Middleware, Skip, run_chain
+from mediafleet.workers.runtime.middleware.outcome import DiscoveryIndexing, FinishedNotice, OutcomeReporting
+from mediafleet.workers.runtime.middleware.progress import ProgressReporting, ProgressThrottle
 from mediafleet.workers.spec import ProgressFn
+
+from mediafleet.blobs.local import LocalBlobStore
+from mediafleet.fleet.store import MAX_DELIVERIES, JobStore, finished_channel
+from mediafleet.settings import Settings
 from tests.conftest import free_port
 from tests.media import text_pdf
 
@@ -338,8 +329,8 @@ SIGNALS = (worker_process_init, worker_ready, worker_shutdown)
 
 
 def test_building_apps_connects_no_receiver_and_a_booted_workers_are_all_disconnected(tmp_path: Path) -> None:
-    from mediafleet.workers.app import create_app
-    from mediafleet.workers.boot import worker_lifecycle
+    from mediafleet.workers.runtime.boot import worker_lifecycle
+    from mediafleet.workers.runtime.config import create_app
 
     before = [len(s.receivers) for s in SIGNALS]
     apps = [create_app(Settings(broker_url="redis://127.0.0.1:1/0", blob_root=tmp_path, redis_password=f"p{i}"))
@@ -356,8 +347,9 @@ def test_building_apps_connects_no_receiver_and_a_booted_workers_are_all_disconn
 def test_a_worker_recovers_lost_nodes_jobs_only_after_a_ttl_of_unbroken_heartbeats() -> None:
     """After Redis was away past the presence TTL every worker's presence is gone at once: a worker
     waits until the others have announced themselves again before it takes their jobs for lost."""
+    from mediafleet.workers.runtime.boot import Steadiness
+
     from mediafleet.fleet.presence import HEARTBEAT_S, TTL_S
-    from mediafleet.workers.boot import Steadiness
 
     now = [0.0]
     steadiness = Steadiness(clock=lambda: now[0])

@@ -31,7 +31,7 @@ def _cuda_installed() -> bool:
 # -- life cycle and devices -----------------------------------------------------------------------
 
 def test_importing_the_worker_app_and_extractors_loads_no_ocr_engine() -> None:
-    code = ("import sys, mediafleet, mediafleet.workers.app, mediafleet.workers.pdf.textlayer, mediafleet.workers.image.analyze, mediafleet.workers.ocr.engine; "
+    code = ("import sys, mediafleet, mediafleet.workers.runtime.config, mediafleet.workers.pdf.textlayer, mediafleet.workers.image.analyze, mediafleet.workers.ocr.engine; "
             "print('rapidocr_onnxruntime' in sys.modules, not mediafleet.workers.ocr.engine._engines)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.split() == ["False", "True"]

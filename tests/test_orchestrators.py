@@ -19,7 +19,7 @@ from mediafleet.dispatch import Dispatcher
 from mediafleet.orchestrators.protocol import Orchestrator
 from mediafleet.orchestrators.celery_fleet import CeleryOrchestrator
 from mediafleet.orchestrators.inprocess import InProcessOrchestrator
-from mediafleet.workers.app import create_app
+from mediafleet.workers.runtime.config import create_app
 from tests.media import text_pdf
 
 NOWHERE = "redis://127.0.0.1:1/0"

@@ -24,7 +24,7 @@ from mediafleet.dispatch import Dispatcher
 from mediafleet.fleet.store import JobStore
 from mediafleet.fleet.presence import HEARTBEAT_S, Announcer, worker_key
 from mediafleet.settings import Settings
-from mediafleet.workers.boot import held_jobs
+from mediafleet.workers.runtime.boot import held_jobs
 from tests.helpers import wait_for
 from tests.media import text_pdf
 

@@ -20,7 +20,9 @@ from mediafleet.contract.jobs import ExtractRequest, JobState
 from mediafleet.contract.manifest import Manifest, default_manifest
 from mediafleet.fleet.store import JobStore
 from mediafleet.settings import Settings
-from mediafleet.workers.middleware import Delivery, ReleaseCheck, fleet_middleware, run_chain
+from mediafleet.workers.runtime.middleware.chain import fleet_middleware
+from mediafleet.workers.runtime.middleware.delivery import Delivery, run_chain
+from mediafleet.workers.runtime.middleware.release import ReleaseCheck
 from mediafleet.workers.parts import named_job_id, plan
 from tests.test_middleware import claimed, pdf_request, runner
 

@@ -19,7 +19,8 @@ from mediafleet.contract.manifest import Modality, default_manifest
 from mediafleet.fleet.store import JobStore
 from tests.chaos.conftest import freeze, thaw
 from tests.helpers import wait_for
-from mediafleet.workers.app import join_parts, send_extract
+from mediafleet.fleet.reports import join_parts
+from mediafleet.workers.runtime.message import send_extract
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """The Celery orchestrator: admitted requests go on the fleet, each on its capability's queue.
 
 It owns this dispatcher's Celery app (one per settings and manifest in a process:
-:func:`mediafleet.workers.app.create_app`) and its handle on the fleet's job store. A job's record
+:func:`mediafleet.workers.runtime.config.create_app`) and its handle on the fleet's job store. A job's record
 is claimed as its message is sent (one step), so a resubmission of the same artifact joins the job
 already there; with no live worker of an allowed device class the job is held, not sent.
 """
@@ -58,7 +58,7 @@ class CeleryOrchestrator:
     @property
     def app(self) -> Any:
         if self.built_app is None:
-            from mediafleet.workers.app import create_app
+            from mediafleet.workers.runtime.config import create_app
 
             self.built_app = create_app(self.settings, self.manifest)
         return self.built_app
@@ -134,14 +134,14 @@ class CeleryOrchestrator:
         token: None when an existing job was joined).
 
         The record is routed as it is claimed, and its message pushed by the same step (one round
-        trip: each candidate's message is made first, :func:`mediafleet.workers.app.extract_message`):
+        trip: each candidate's message is made first, :func:`mediafleet.workers.runtime.message.extract_message`):
         to the first allowed device class with a live worker on the capability's queue. With none
         alive the job is held: recorded, on no queue, with the reason (``status`` shows it), until
         the first worker of an allowed class comes up and queues it for its own class. It never
         runs on a class the manifest forbids. Where a message cannot be made ahead (task-sent
         events on, a publish signal with receivers), it is sent after the claim, as before.
         """
-        from mediafleet.workers.app import extract_message, send_extract
+        from mediafleet.workers.runtime.message import extract_message, send_extract
 
         jobs = self.jobs()
         candidates = [(capability.queue(d), request.model_copy(update={"device": d})) for d in capability.devices]

@@ -2,7 +2,7 @@
 ``worker`` command) calls.
 
 :func:`boot_worker` checks that the worker can serve its device class, then runs a Celery worker
-on the app of :func:`mediafleet.workers.app.create_app` with this worker's lifecycle attached for
+on the app of :func:`mediafleet.workers.runtime.config.create_app` with this worker's lifecycle attached for
 as long as it runs: each pool process configures its engines; the main process announces the
 worker's presence (:mod:`mediafleet.fleet.presence`) and, after each heartbeat, queues the held jobs it
 may run and, with ``recover_lost_workers`` (the default), the started jobs of lost workers.
@@ -31,11 +31,10 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
-
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass, Manifest
-from mediafleet.fleet.store import JobStore, eviction_warning
 from mediafleet.fleet.presence import HEARTBEAT_S, TTL_S, Announcer
+from mediafleet.fleet.store import JobStore, eviction_warning
 from mediafleet.settings import Settings
 
 __all__ = ["BootRefused", "Steadiness", "WorkerOptions", "WorkerRetired", "boot_worker", "held_jobs", "recover_lost",
@@ -82,7 +81,7 @@ def boot_worker(settings: Settings, options: WorkerOptions, manifest: Manifest |
     from mediafleet.workers.engines import EngineConfig, cap_threads, configure
 
     cap_threads(settings.threads)
-    from mediafleet.workers.app import create_app
+    from mediafleet.workers.runtime.config import create_app
     from mediafleet.workers.extractor import check_devices
 
     served = [cap for cap in manifest.capabilities.values() if settings.device in cap.devices]
@@ -146,7 +145,7 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
     own app's worker, and none outlives the worker: a process that builds many apps keeps no
     receiver, closure or store of any of them.
     """
-    from mediafleet.workers.app import job_store
+    from mediafleet.workers.runtime.config import job_store
     from mediafleet.workers.engines import EngineConfig, configure
 
     global _main_pid, _retired
@@ -263,7 +262,7 @@ def release_held(app: Celery, jobs: JobStore, manifest: Manifest, device: Device
     Held jobs wait in their records (never on a queue no live worker reads); the first worker of an
     allowed class to come up, or to beat while they wait, sends them to its class's queue.
     """
-    from mediafleet.workers.app import send_extract
+    from mediafleet.workers.runtime.message import send_extract
 
     released = 0
     for record in jobs.held():
@@ -293,7 +292,7 @@ def recover_lost(app: Celery, jobs: JobStore, manifest: Manifest) -> int:
     timeout; by then the record says finished and it runs nothing (or, for a job still running, the
     newer delivery owns the record).
     """
-    from mediafleet.workers.app import send_extract
+    from mediafleet.workers.runtime.message import send_extract
 
     if not jobs.sweep_turn(f"{socket.gethostname()}:{os.getpid()}", HEARTBEAT_S):
         return 0
