@@ -202,6 +202,381 @@ def make_clip() -> tuple[Path, Truth, int]:
     return path, truth, len(frames)
 
 
+# --- slide decks and screen recordings (issue 43) --------------------------------------------------
+
+DECK_W, DECK_H = 1280, 720
+DECK_SHOT = 40  # frames a slide holds
+DOCS = Path("/usr/share/doc")
+FONTS = Path("/usr/share/fonts/truetype/dejavu")
+FAMILY_VERSION = 3  # bump when a family's frames change (the clips are cached by it)
+PAPER, INK, BAR = (248, 248, 244), (35, 35, 40), (30, 60, 140)
+
+
+def debian_pdfs() -> list[Path]:
+    """The PDFs Debian's packages installed under /usr/share/doc (plain or gzipped), by path."""
+    return [p for p in sorted(DOCS.glob("**/*.pdf*")) if p.name.endswith((".pdf", ".pdf.gz"))]
+
+
+def _pdf(path: Path) -> Any:
+    import gzip
+
+    import pymupdf
+
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return pymupdf.open(stream=data, filetype="pdf")
+
+
+def document_lines(count: int) -> list[str]:
+    """``count`` distinct lines of prose (24-56 characters, mostly letters) from the real PDFs, taken
+    in turn from each document's pages after its first two."""
+    per_doc: list[list[str]] = []
+    for path in debian_pdfs():
+        lines = []
+        doc = _pdf(path)
+        for page in list(doc)[2:12]:
+            for raw in page.get_text().splitlines():
+                line = " ".join(raw.split())
+                if 24 <= len(line) <= 56 and sum(c.isalpha() or c == " " for c in line) >= 0.9 * len(line):
+                    lines.append(line)
+        per_doc.append(lines)
+    out: list[str] = []
+    for row in range(max(map(len, per_doc), default=0)):
+        for lines in per_doc:
+            if row < len(lines) and lines[row] not in out:
+                out.append(lines[row])
+                if len(out) == count:
+                    return out
+    raise RuntimeError("not enough prose in the PDFs under /usr/share/doc")
+
+
+def page_bodies(count: int, size: tuple[int, int]) -> list[tuple[str, np.ndarray]]:
+    """``count`` (title, RGB image of ``size``): the top of a real page each (pages 3, 4, ... of each PDF
+    in turn), rendered at the width of ``size``."""
+    import pymupdf
+
+    docs = [(path.name.split(".")[0], _pdf(path)) for path in debian_pdfs()]
+    out: list[tuple[str, np.ndarray]] = []
+    for number in range(2, 40):
+        for name, doc in docs:
+            if number >= doc.page_count:
+                continue
+            page = doc[number]
+            zoom = size[0] / (page.rect.width - 100)
+            clip = pymupdf.Rect(50, 60, page.rect.width - 50, 60 + size[1] / zoom)
+            pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), clip=clip, alpha=False)
+            image = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width, 3)
+            out.append((f"{name}, page {number + 1}", cv2.resize(image, size, interpolation=cv2.INTER_AREA)))
+            if len(out) == count:
+                return out
+    raise RuntimeError("not enough pages in the PDFs under /usr/share/doc")
+
+
+def _font(size: int, name: str = "DejaVuSans.ttf") -> Any:
+    from PIL import ImageFont
+
+    return ImageFont.truetype(str(FONTS / name), size)
+
+
+def deck_slide(title: str, lines: list[str], body: np.ndarray | None = None) -> np.ndarray:
+    """One slide of the deck template: a title bar, then bullet lines of text (or a picture)."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (DECK_W, DECK_H), PAPER)
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((0, 0, DECK_W, 96), fill=BAR)
+    draw.text((60, 24), title, font=_font(40, "DejaVuSans-Bold.ttf"), fill=(255, 255, 255))
+    draw.line((60, 676, DECK_W - 60, 676), fill=(180, 180, 190), width=2)
+    draw.text((60, 684), "Debian documentation, read aloud", font=_font(18), fill=(120, 120, 130))
+    font = _font(30)
+    for k, line in enumerate(lines):
+        y = 140 + 58 * k
+        draw.ellipse((64, y + 12, 76, y + 24), fill=BAR)
+        draw.text((92, y), line, font=font, fill=INK)
+    out = np.asarray(image).copy()
+    if body is not None:
+        out[120:120 + body.shape[0], 60:60 + body.shape[1]] = body
+    return out
+
+
+def draw_cursor(image: np.ndarray, x: int, y: int) -> np.ndarray:
+    """A mouse pointer (a black arrow with a white rim) at (x, y), on a copy."""
+    out = image.copy()
+    arrow = np.array([[0, 0], [0, 26], [7, 20], [12, 31], [16, 29], [11, 18], [19, 18]], np.int32) + [x, y]
+    cv2.fillPoly(out, [arrow], (255, 255, 255))
+    cv2.polylines(out, [arrow], True, (0, 0, 0), 2)
+    return out
+
+
+class ClipWriter:
+    """Frames piped to FFmpeg (H.264, 25 fps) as they are made, with the truth noted alongside."""
+
+    def __init__(self, path: Path, size: tuple[int, int], crf: int = 23) -> None:
+        self.path, self.size, self.count, self.truth = path, size, 0, Truth()
+        self.proc = subprocess.Popen(
+            ["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{size[0]}x{size[1]}",
+             "-r", str(RATE), "-i", "-", "-c:v", "libx264", "-preset", "veryfast", "-crf", str(crf),
+             "-pix_fmt", "yuv420p", str(path)], stdin=subprocess.PIPE)
+
+    def write(self, frame: np.ndarray, times: int = 1) -> None:
+        assert self.proc.stdin is not None and frame.shape == (self.size[1], self.size[0], 3)
+        data = np.ascontiguousarray(frame).tobytes()
+        for _ in range(times):
+            self.proc.stdin.write(data)
+        self.count += times
+
+    def cut(self, kind: str) -> None:
+        """The next frame written starts a new shot."""
+        if self.count:
+            self.truth.cuts.append(self.count)
+            self.truth.cut_kinds.append(kind)
+
+    def event(self, first: int, kind: str) -> None:
+        """Frames ``first`` .. the last written are an event inside a shot (no boundary)."""
+        self.truth.inside.append((first, self.count - 1, kind))
+
+    def close(self) -> tuple[Path, Truth, int]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        if self.proc.wait() != 0:
+            raise RuntimeError("ffmpeg could not write the clip")
+        return self.path, self.truth, self.count
+
+
+def deck_pages(out: ClipWriter) -> None:
+    """Real pages as slides (the top of a page of each Debian PDF in turn) under one title bar,
+    compressed harder (CRF 30); a mouse pointer crosses one slide and stops, another blinks a caret."""
+    bodies = page_bodies(8, (DECK_W - 120, 540))
+    for k, (title, body) in enumerate(bodies):
+        out.cut("real page")
+        image = deck_slide(title, [], body)
+        if k == 2:  # the pointer crosses the slide in 20 frames, then rests on it
+            out.write(image, 10)
+            first = out.count
+            for i in range(20):
+                out.write(draw_cursor(image, 200 + 35 * i, 200 + 15 * i))
+            out.event(first, "moving cursor")
+            out.write(draw_cursor(image, 900, 500), DECK_SHOT - 30)
+        elif k == 5:  # a text caret blinking (12 frames on, 12 off) on the page
+            first = out.count
+            for i in range(DECK_SHOT + 20):
+                on = image.copy()
+                if (i // 12) % 2 == 0:
+                    on[300:330, 700:703] = 0
+                out.write(on)
+            out.event(first, "blinking caret")
+        else:
+            out.write(image, DECK_SHOT)
+
+
+def deck_text(out: ClipWriter) -> None:
+    """The same template with different text on every slide; one slide filmed with sensor noise,
+    and a video playing inside the last four slides (a picture-in-picture inset that keeps playing
+    across their cuts, as a lecture's webcam does)."""
+    lines = document_lines(48)
+    inset = source("testsrc2", 4 * DECK_SHOT)
+    inset = np.stack([cv2.resize(f, (320, 180), interpolation=cv2.INTER_AREA) for f in inset])
+    rng = np.random.default_rng(11)
+    played = 0
+    for k in range(8):
+        out.cut("new text")
+        image = deck_slide(lines[6 * k], lines[6 * k + 1: 6 * k + 6])
+        first = out.count
+        if k == 1:
+            for _ in range(DECK_SHOT):
+                noisy = image.astype(np.int16) + rng.normal(0, 4, image.shape).astype(np.int16)
+                out.write(noisy.clip(0, 255).astype(np.uint8))
+            out.event(first, "sensor noise")
+        elif k >= 4:
+            for _ in range(DECK_SHOT):
+                framed = image.copy()
+                framed[470:650, 920:1240] = inset[played]
+                played += 1
+                out.write(framed)
+            out.event(first + 1, "video inside the slide")
+        else:
+            out.write(image, DECK_SHOT)
+
+
+def deck_line(out: ClipWriter) -> None:
+    """One line changed from each slide to the next (the rest of the slide as it was)."""
+    lines = document_lines(20)
+    shown = lines[:6]
+    for k in range(9):
+        out.cut("one line")
+        if k:
+            shown = [*shown]
+            shown[(2 * k) % 6] = lines[5 + k]
+        out.write(deck_slide("What the manuals say", shown), DECK_SHOT)
+
+
+def _swap_word(line: str, replacement: str) -> str:
+    """``line`` with its longest word (4+ letters) replaced by ``replacement``."""
+    words = line.split(" ")
+    k = max(range(len(words)), key=lambda i: (len(words[i]) * words[i].isalpha(), -i))
+    words[k] = replacement
+    return " ".join(words)
+
+
+def deck_word(out: ClipWriter) -> None:
+    """One word changed from each slide to the next: the longest word of one line replaced by
+    another real word of four or more letters."""
+    lines = document_lines(30)
+    shown = lines[:6]
+    vocabulary = sorted({w for line in lines[6:] for w in line.split() if w.isalpha() and 5 <= len(w) <= 9})
+    for k in range(9):
+        out.cut("one word")
+        if k:
+            shown = [*shown]
+            row = (k * 5) % 6
+            shown[row] = _swap_word(shown[row], vocabulary[(k * 7) % len(vocabulary)])
+        out.write(deck_slide("One word at a time", shown), DECK_SHOT)
+
+
+def deck_build(out: ClipWriter) -> None:
+    """Bullet builds: a title, then its lines appearing one at a time; a second slide builds the same
+    way and then its lines go, one at a time, from the last."""
+    lines = document_lines(12)
+    for title, block in (("Building the list", lines[:5]), ("And taking it down", lines[5:10])):
+        out.cut("new slide")
+        out.write(deck_slide(title, []), 30)
+        for n in range(1, 6):
+            out.cut("line appears")
+            out.write(deck_slide(title, block[:n]), 30)
+    for n in range(4, 1, -1):
+        out.cut("line goes")
+        out.write(deck_slide("And taking it down", lines[5:5 + n]), 30)
+
+
+TERM_BG, TERM_FG, TERM_ROWS, TERM_ROW_H = (24, 26, 30), (205, 210, 200), 24, 26
+
+
+def terminal(rows: list[str], caret: tuple[int, int] | None, scheme: int = 0) -> np.ndarray:
+    """A terminal window: a title bar and ``rows`` of monospaced text; the caret (row, column) drawn
+    as a block when given."""
+    from PIL import Image, ImageDraw
+
+    bg = TERM_BG if scheme % 2 == 0 else (250, 250, 245)
+    fg = TERM_FG if scheme % 2 == 0 else (30, 30, 30)
+    image = Image.new("RGB", (DECK_W, DECK_H), bg)
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((0, 0, DECK_W, 34), fill=(62, 64, 70))
+    draw.text((20, 7), f"user@debian: ~/notes-{scheme}", font=_font(18), fill=(230, 230, 230))
+    font = _font(20, "DejaVuSansMono.ttf")
+    for r, text in enumerate(rows[-TERM_ROWS:]):
+        draw.text((16, 44 + TERM_ROW_H * r), text, font=font, fill=fg)
+    if caret is not None:
+        row, column = caret
+        x, y = 16 + 12 * column, 44 + TERM_ROW_H * row
+        draw.rectangle((x, y + 2, x + 11, y + 23), fill=fg)
+    return np.asarray(image)
+
+
+def screen_terminal(out: ClipWriter) -> None:
+    """A terminal recording: prose typed a character at a time (1 to 4 frames each, a pause after each
+    line with the caret blinking), the window scrolling a line up when the text reaches its foot;
+    cuts where the recording switches to another terminal window holding other text."""
+    lines = document_lines(120)
+    rng = np.random.default_rng(5)
+    cursor = 0
+    for window in range(4):
+        out.cut("another window")
+        rows = list(lines[cursor: cursor + TERM_ROWS - 1])
+        cursor += TERM_ROWS - 1
+        for _ in range(2):
+            line = lines[cursor % len(lines)][:36]
+            cursor += 1
+            rows.append("")
+            if len(rows) > TERM_ROWS:  # the text reaches the foot: everything moves up a line
+                first = out.count
+                out.write(terminal(rows, (TERM_ROWS - 1, 0), window), 4)
+                out.event(first, "scrolling line")
+            shown = rows[-TERM_ROWS:]
+            row = len(shown) - 1
+            first = out.count
+            for c in range(1, len(line) + 1):
+                rows[-1] = line[:c]
+                out.write(terminal(rows, (row, c), window), int(rng.integers(1, 5)))
+            out.event(first, "typing")
+            first = out.count
+            for i in range(24):  # a pause: the caret blinks
+                caret = (row, len(line)) if (i // 12) % 2 == 0 else None
+                out.write(terminal(rows, caret, window))
+            out.event(first, "blinking caret")
+
+
+def viewer(page: np.ndarray, offset: int, title: str) -> np.ndarray:
+    """A document viewer: grey chrome, and the tall page image seen from ``offset`` pixels down."""
+    image = np.full((DECK_H, DECK_W, 3), 86, np.uint8)
+    image[:40] = (52, 54, 60)
+    cv2.putText(image, title, (20, 27), cv2.FONT_HERSHEY_SIMPLEX, 0.7, (230, 230, 230), 1, cv2.LINE_AA)
+    view = page[offset: offset + DECK_H - 60]
+    image[50:50 + view.shape[0], 190:190 + view.shape[1]] = view
+    return image
+
+
+def screen_scroll(out: ClipWriter) -> None:
+    """A window scrolling through real documents: a smooth scroll (6 px a frame), wheel steps (three
+    lines, 66 px, at once, then still), the pointer moving over the page; cuts where the recording
+    switches to another document."""
+    bodies = page_bodies(8, (900, 1200))
+    for k in range(4):
+        out.cut("another document")
+        title, top = bodies[2 * k]
+        _, below = bodies[2 * k + 1]
+        page = np.concatenate([top, below])
+        offset = 0
+        out.write(viewer(page, offset, title), 20)
+        first = out.count
+        for _ in range(25):
+            offset += 6
+            out.write(viewer(page, offset, title))
+        out.event(first, "smooth scroll")
+        out.write(viewer(page, offset, title), 15)
+        for _ in range(2):
+            first = out.count
+            offset += 66
+            out.write(viewer(page, offset, title), 12)
+            out.event(first, "wheel scroll")
+        still = viewer(page, offset, title)
+        first = out.count
+        for i in range(15):
+            out.write(draw_cursor(still, 400 + 30 * i, 600 - 20 * i))
+        out.event(first, "moving cursor")
+        out.write(draw_cursor(still, 820, 320), 15)
+
+
+FAMILIES: dict[str, tuple[Callable[[ClipWriter], None], int]] = {
+    "deck: real pages": (deck_pages, 30),
+    "deck: new text": (deck_text, 23),
+    "deck: one line": (deck_line, 23),
+    "deck: one word": (deck_word, 23),
+    "deck: bullet builds": (deck_build, 23),
+    "screen: terminal typing": (screen_terminal, 23),
+    "screen: window scrolling": (screen_scroll, 23),
+}
+
+
+def make_family(name: str) -> tuple[Path, Truth, int]:
+    """The family's clip (1280x720, 25 fps, H.264) and its truth; cached in the temp directory."""
+    import json
+
+    OUT.mkdir(exist_ok=True)
+    slug = re.sub(r"[^a-z]+", "-", name).strip("-")
+    path, truth_path = OUT / f"{slug}-v{FAMILY_VERSION}.mp4", OUT / f"{slug}-v{FAMILY_VERSION}.json"
+    if path.exists() and truth_path.exists():
+        saved = json.loads(truth_path.read_text())
+        truth = Truth(saved["cuts"], saved["cut_kinds"], [], [tuple(e) for e in saved["inside"]])  # type: ignore[misc]
+        return path, truth, saved["frames"]
+    maker, crf = FAMILIES[name]
+    writer = ClipWriter(path.with_suffix(".part.mp4"), (DECK_W, DECK_H), crf)
+    maker(writer)
+    made, truth, frames = writer.close()
+    made.replace(path)
+    truth_path.write_text(json.dumps({"cuts": truth.cuts, "cut_kinds": truth.cut_kinds, "inside": truth.inside,
+                                      "frames": frames}))
+    return path, truth, frames
+
+
 @dataclass
 class Found:
     cuts: list[int]  # first frame of each shot that starts with a cut
@@ -245,8 +620,10 @@ def score(found: Found, truth: Truth) -> dict[str, Any]:
         counts = by_class.setdefault(f"transition: {kind}", [0, 0])
         counts[0] += k in span_hit
         counts[1] += 1
-    false_on = {kind: sorted({f for f in boundaries if a - 1 <= f <= b + 1 and f not in truth.cuts})
-                for a, b, kind in truth.inside}
+    false_on: dict[str, list[int]] = {}
+    for a, b, kind in truth.inside:
+        at = false_on.setdefault(kind, [])
+        at += [f for f in boundaries if a - 1 <= f <= b + 1 and f not in truth.cuts and f not in at]
     return {
         "cuts_found": len(cut_hit), "cuts": len(truth.cuts),
         "cut_f1": f1(len(cut_hit), len(false_cuts), len(truth.cuts) - len(cut_hit)),

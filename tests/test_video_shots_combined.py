@@ -3,7 +3,7 @@ slides at its exact frame, dissolves and fades reported as transitions with thei
 boundary for a flash, fast motion or a fade to black inside a shot; then the result and its loci.
 
 The clips are drawn at 320x180 and written at that size and at twice it, 640x360, where the
-detector reads the decoded planes halved once instead of resized (``shots.signal_size``): the same
+detector reads the decoded planes halved instead of resized (``shots.signal_size``): the same
 answers either way."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from mediafleet.adapters.video import video_loci
 from mediafleet.contract.manifest import Limits
 from mediafleet.contract.video import VideoOptions, VideoResult
-from mediafleet.workers.video.combined import CombinedDetector, max_transition_frames
+from mediafleet.workers.video.shot_detector import CombinedDetector, max_transition_frames
 from mediafleet.workers.video.extract import extract_keyframes
 from mediafleet.workers.video.shots import build_segmenter
 from tests.clips import scene_frame
@@ -28,7 +28,7 @@ LIMITS = Limits(max_bytes=2**32, max_pixels=8847360, max_duration_s=10800)
 W, H = 320, 180
 
 
-# Both ways the detector reduces a frame: resized linearly (320x180) and halved once (640x360).
+# Both ways the detector reduces a frame: resized linearly (320x180) and halved (640x360).
 SCALES = pytest.mark.parametrize("scale", [1, 2], ids=["320x180", "640x360-halved"])
 
 
@@ -165,7 +165,7 @@ def test_memory_bounds_the_longest_transition() -> None:
 
 @pytest.mark.slow
 def test_pushing_out_of_order_is_refused() -> None:
-    from mediafleet.workers.video.combined import frame_signals
+    from mediafleet.workers.video.shot_detector import frame_signals
 
     detector = CombinedDetector()
     small = np.zeros((144, 256, 3), np.uint8)

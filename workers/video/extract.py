@@ -48,7 +48,7 @@ from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.keyframes import Candidate, KeyframePicker, encode_image, upright
 from mediafleet.workers.video.phash import near_duplicates, phash, phash_hex
 from mediafleet.workers.video.probe import Probe, open_video
-from mediafleet.workers.video.combined import Boundary
+from mediafleet.workers.video.shot_detector import Boundary
 from mediafleet.workers.video.shots import AnalysisFrames, Segmenter, build_segmenter
 from mediafleet.workers.video.speech import track_speech
 from mediafleet.workers.video.spec import SPEC

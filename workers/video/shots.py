@@ -1,7 +1,7 @@
 """Shot detectors as the extractor drives them (:class:`Segmenter`), and PySceneDetect's detectors fed
 the frames PySceneDetect itself would see.
 
-The default detector is mediafleet's own (:mod:`mediafleet.workers.video.combined`: cuts and gradual
+The default detector is mediafleet's own (:mod:`mediafleet.workers.video.shot_detector`: cuts and gradual
 transitions from the analysis frame's signals); ``adaptive`` and ``content`` are PySceneDetect's,
 kept exactly as upstream places their cuts.
 
@@ -24,20 +24,14 @@ is computed in one ``absdiff`` and ``sumElems`` instead of three NumPy passes. T
 and the float operations that follow are the same, so scores, and therefore cuts, are identical
 (``tests/test_video_shots.py`` checks it against upstream's own method).
 
-The combined detector is ours and needs no byte-exact PySceneDetect frame, so it reads the decoded
-planes instead (:class:`SignalFrames`): the luma plane resized linearly to the same analysis size
-(the grey frame: what converting to BGR and then to grey would give, without converting a single
-full-size pixel), the chroma planes to half that size, and the ~64-px colour thumbnail made from
-those small planes. Frames whose longer side is 512 to 895 pixels (360p, 480p, PAL) are halved
-once instead (pixel-pair means, OpenCV's fast area path: :func:`signal_size`), a grey frame 256 to
-447 pixels long where the linear resize to ~256 would read most rows anyway at twice the cost
-(360p: 0.12 against 0.15 ms a frame for the signals; at 720p and up the linear resize reads only
-the rows it blends and stays cheaper: 0.28 against 0.31 ms at 720p, 0.32 against 0.54 at 1080p;
-best of 5 loops over 40 decoded frames, one thread). With its signals and sharpness the 360p frame
-cost about 0.17 ms and 0.36 ms at 1080p before that (was 0.34 and 0.76 ms before the lazy signals
-and the batched hand-off; the exact frame with the same signals took 0.58 and 1.58 ms), measured
-the same way: best of 9 interleaved loops over the same decoded frames, one thread, a loaded
-2-core machine.
+The combined detector (:mod:`mediafleet.workers.video.shot_detector`) is ours and needs no
+byte-exact PySceneDetect frame, so it reads the decoded planes instead (:class:`SignalFrames`): the
+luma plane halved (pixel-pair means, OpenCV's fast area path) until its longer side is under 512
+pixels, or for smaller frames resized linearly to PySceneDetect's analysis size (the grey frame:
+what converting to BGR and then to grey would give, without converting a full-size pixel), the
+chroma planes to the thumbnail's size, and the ~64-px colour thumbnail made from those small planes.
+Halving reads every pixel, so a line of text looks the same a few pixels further on, as a scroll
+test needs; its cost against the linear resize is in ``docs/shots.md``.
 """
 
 from __future__ import annotations
@@ -55,8 +49,8 @@ from scenedetect.common import FrameTimecode
 from scenedetect.scene_manager import compute_downscale_factor
 
 from mediafleet.contract.video import VideoOptions
-from mediafleet.workers.video import combined
-from mediafleet.workers.video.combined import (
+from mediafleet.workers.video import shot_detector
+from mediafleet.workers.video.shot_detector import (
     Boundary,
     CombinedDetector,
     FrameSignals,
@@ -217,24 +211,26 @@ def _plane_pixels(plane: Any) -> np.ndarray:
 
 
 def signal_size(width: int, height: int) -> tuple[int, int]:
-    """The combined detector's analysis frame for frames of this size: halved once (odd pixels
-    dropped) where the longer side is 512 to 895 pixels, else PySceneDetect's analysis size (the
-    longer side scaled to ~256 pixels)."""
-    if _halved_once(width, height):
-        return width // 2, height // 2
+    """The combined detector's analysis frame for frames of this size: halved (odd pixels dropped)
+    until the longer side is under 512 pixels where it is 512 or more (360p: 320x180, 720p: 320x180,
+    1080p: 480x270), else PySceneDetect's analysis size (the longer side scaled to ~256 pixels)."""
+    if _halved(width, height):
+        while max(width, height) >= _HALVE_FROM:
+            width, height = width // 2, height // 2
+        return width, height
     factor = compute_downscale_factor(max(width, height))
     return (max(1, round(width / factor)), max(1, round(height / factor))) if factor > 1 else (width, height)
 
 
-# Longer sides halved once for the combined detector's grey frame: from twice PySceneDetect's ~256
-# pixels (so the grey frame is never smaller than PySceneDetect's) to where halving, which reads
-# every row, costs more than the linear resize (measured in the module's docstring).
-_HALVE_ONCE = (512, 896)
+# Longer sides from twice PySceneDetect's ~256 pixels are halved (pixel-pair means, every pixel read)
+# rather than resized linearly, which reads two rows and columns in five at 720p and aliases text:
+# a slide's word or a scrolled line must look the same a few pixels on (see docs/shots.md).
+_HALVE_FROM = 512
 
 
-def _halved_once(width: int, height: int) -> bool:
-    """Whether :func:`signal_size` halves frames of this size once (else it resizes them)."""
-    return _HALVE_ONCE[0] <= max(width, height) < _HALVE_ONCE[1]
+def _halved(width: int, height: int) -> bool:
+    """Whether :func:`signal_size` halves frames of this size (else it resizes them)."""
+    return max(width, height) >= _HALVE_FROM
 
 
 def _halves_to(width: int, height: int, size: tuple[int, int]) -> bool:
@@ -263,7 +259,7 @@ class SignalFrames:
     def __init__(self, width: int, height: int) -> None:
         self.size = signal_size(width, height)
         self.factor = width / self.size[0]
-        self.halved = _halved_once(width, height)
+        self.halved = _halved(width, height)
         self.thumb = thumb_size(*self.size)
         self._chroma = (self.thumb[0] * 2, self.thumb[1] * 2) if self.thumb != self.size else self.thumb
         self._chroma_halves: dict[tuple[int, int], bool] = {}  # by chroma plane size: halving reaches the thumb
@@ -488,10 +484,10 @@ def build_segmenter(options: VideoOptions, width: int, height: int, rate: Fracti
     if options.detector == "combined":
         longest = max_transition_frames(width, height)
         frames = SignalFrames(width, height)
-        spec = DetectorSpec("mediafleet.CombinedDetector", combined.CUT_RATIO, 1, (
-            ("lookahead_frames", combined.LOOKAHEAD), ("max_transition_frames", longest),
+        spec = DetectorSpec("mediafleet.CombinedDetector", shot_detector.CUT_RATIO, 1, (
+            ("lookahead_frames", shot_detector.LOOKAHEAD), ("max_transition_frames", longest),
             ("signals", "content, pixels, histogram, perceptual hash, edges, contrast"),
-            ("analysis_frame", f"luma plane {'halved once' if frames.halved else 'resized (linear)'} to "
+            ("analysis_frame", f"luma plane {'halved' if frames.halved else 'resized (linear)'} to "
                                f"{frames.size[0]}x{frames.size[1]}, thumbnail {frames.thumb[0]}x{frames.thumb[1]}"),
         ))
         return _CombinedSegmenter(CombinedDetector(longest), frames), spec

@@ -60,6 +60,7 @@ __all__ = [
     "CombinedDetector",
     "FrameSignals",
     "frame_signals",
+    "margin",
     "max_transition_frames",
     "thumb_size",
 ]
@@ -100,8 +101,37 @@ FADE_SHARE = 0.25  # a near-uniform side with under this share of the other's co
 SAME_SHOT = 0.3  # a fade's two sides within this share of their change to the uniform frame
 SAME_HASH_BITS = 6
 MAX_TRANSITION = 60
+# Local cuts (a few percent of a still frame changing: slide text, a screen's window): the share of
+# analysis pixels that must change by PIXEL_DELTA where nothing changed in the two frames either
+# side (a typed character or a caret moves about a third of it, a word of slide text two to six times).
+LOCAL_MIN = 0.0015
+LOCAL_MAD_MAX = 16.0  # frames whose picture moves more than this are left to the content step
+# and the content step must still stand out: mad at least LOCAL_STEP times its neighbours' (+ a
+# floor far under CUT_FLOOR: a word of text moves the thumbnail by a tenth of a grey level).
+LOCAL_STEP, LOCAL_FLOOR = 1.5, 0.02
+# A local cut is held this many frames (at most the detector's max_transition): if the same region
+# changes again meanwhile (this share of its pixels), it is a display that keeps changing (a clock,
+# a counter ticking each second), not a cut.
+LOCAL_HORIZON, LOCAL_REPEAT = 28, 0.3
+LOCAL_BUSY = 7  # pixels around what changed in the neighbouring frames that count as busy too
+LOCAL_KEEP = 0.5  # the changed region must stay this unlike the frame before it for LOOKAHEAD frames
+LOCAL_STILL = 0.25  # and move no more than this share of its pixels in the frames before and after
+# A step that a vertical or horizontal shift of the frame before explains (all but this share of its
+# moved pixels) is a scroll or a pan, not a cut; searched up to a quarter of the frame.
+SHIFT_LEFT = 0.35
+SHIFT_MAD_MAX = 16.0  # a content step this large is never a shifted picture
+SHIFT_MIN = 0.02  # nor is one that moves under this share of the pixels (a scroll moves a whole window)
+CONFIDENCE_CAP = 0.99  # a measurement is never certainty
 _HOLD_BYTES = 160 << 20
 _UNSET = float("nan")  # a lazily measured signal not measured yet
+
+
+def margin(measured: float, threshold: float) -> float:
+    """The confidence a decision's margin gives: 0.5 where the measurement just meets its threshold,
+    ``1 - threshold / (2 * measured)`` above it (0.75 at twice it), at most :data:`CONFIDENCE_CAP`."""
+    if measured <= 0 or threshold <= 0:
+        return CONFIDENCE_CAP if measured > 0 or threshold <= 0 else 0.5
+    return round(min(CONFIDENCE_CAP, max(0.5, 1.0 - 0.5 * threshold / measured)), 3)
 
 
 def max_transition_frames(width: int, height: int) -> int:
@@ -174,6 +204,7 @@ class Boundary:
     first: int  # 0-based index of the segment's first frame
     kind: Literal["shot", "transition"]
     transition: TransitionKind | None = None
+    confidence: float = CONFIDENCE_CAP  # the detector's margin over its thresholds (see :func:`margin`)
 
 
 @dataclass
@@ -183,6 +214,7 @@ class _Candidate:
     std_before: float
     mono_first: int | None = None
     mono_last: int | None = None
+    confidence: float = CONFIDENCE_CAP
 
 
 def _mad(a: np.ndarray, b: np.ndarray) -> float:
@@ -212,6 +244,36 @@ def _phash(grey: np.ndarray) -> int:
 _EDGE_KERNEL = np.ones((3, 3), np.uint8)
 
 
+def _shifted_left(a: np.ndarray, b: np.ndarray, moved: np.ndarray, rows: tuple[int, int], cols: tuple[int, int],
+                  total: int) -> float:
+    """The least share of ``total`` moved pixels left unexplained when the rows ``rows`` (columns
+    ``cols``) of ``b`` are matched against ``a`` shifted vertically by ``dy`` or ``dy + 1/2``
+    pixels (up to a third of the moved region's height): a pixel is explained where it lies within
+    PIXEL_DELTA of row ``y + dy``, ``y + dy + 1`` or their mean (a scroll rarely moves a whole
+    number of analysis pixels)."""
+    r0, r1 = rows
+    c0, c1 = cols
+    height = a.shape[0]
+    # A scroll moves the whole region it scrolls, several times the shift: a line added under the
+    # last (a region one line high) is never explained by shifting the line above it down.
+    reach = min(max(2, height // 4), (r1 - r0) // 3)
+    best = 1.0
+    for dy in range(-reach, reach + 1):
+        if dy in (0, -1):
+            continue  # no shift (the step itself) and the half pixel around it
+        lo, hi = max(r0, -dy), min(r1, height - dy - 1)
+        if hi - lo < 4:
+            continue
+        target = b[lo:hi, c0:c1]
+        upper, lower = a[lo + dy:hi + dy, c0:c1], a[lo + dy + 1:hi + dy + 1, c0:c1]
+        error = cv2.min(cv2.min(cv2.absdiff(target, upper), cv2.absdiff(target, lower)),
+                        cv2.absdiff(target, cv2.addWeighted(upper, 0.5, lower, 0.5, 0)))
+        unexplained = cv2.countNonZero(cv2.threshold(error, PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1])
+        unexplained += cv2.countNonZero(moved[r0:lo, c0:c1]) + cv2.countNonZero(moved[hi:r1, c0:c1])
+        best = min(best, unexplained / total)
+    return best
+
+
 def _edge_change(a: np.ndarray, b: np.ndarray) -> float:
     """The edge change ratio: the larger share of edge pixels that appear or vanish (one pixel of slack)."""
     edges_a, edges_b = cv2.Canny(a, 100, 200), cv2.Canny(b, 100, 200)
@@ -239,12 +301,15 @@ class CombinedDetector:
         self._std = array("d")
         self._mean = array("d")
         self._frames: dict[int, FrameSignals] = {}  # the recent frames' signals (see _forget)
+        self._moved: dict[int, np.ndarray] = {}  # frame -> its pixels that moved from the frame before
         self._oldest = 0  # the oldest frame _frames may still hold
         self._last: FrameSignals | None = None
         self._out: deque[Boundary] = deque()
         self._stepped = 0  # frames whose decision has been made
         self._last_cut = 0  # where the current segment's level starts (frame 0 opens the first)
         self._candidate: _Candidate | None = None
+        self._held: tuple[int, float, np.ndarray, int] | None = None  # a local cut: frame, confidence, region, size
+        self._region: np.ndarray | None = None  # the region of the local cut _is_cut just found
         self._count = 0
 
     # --- feeding ----------------------------------------------------------------------------
@@ -272,10 +337,21 @@ class CombinedDetector:
         """The share of pixels whose grey moved by more than PIXEL_DELTA from frame ``k - 1`` to ``k``."""
         value = self._pix[k]
         if value != value:  # NaN: not measured yet
-            moved = cv2.absdiff(self._frames[k].grey, self._frames[k - 1].grey)
-            value = cv2.countNonZero(cv2.threshold(moved, PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1]) / moved.size
-            self._pix[k] = value
+            moved = self._moved_at(k)
+            value = self._pix[k] = cv2.countNonZero(moved) / moved.size
         return value
+
+    def _moved_at(self, k: int) -> np.ndarray:
+        """The mask (255) of the pixels whose grey moved by more than PIXEL_DELTA from frame ``k - 1``."""
+        mask = self._moved.get(k)
+        if mask is None:
+            a, b = self._frames[k - 1].grey, self._frames[k].grey
+            if a.shape != b.shape:
+                mask = np.full(b.shape, 255, np.uint8)
+            else:
+                mask = cv2.threshold(cv2.absdiff(b, a), PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1]
+            self._moved[k] = mask
+        return mask
 
     def _hist_at(self, k: int) -> float:
         """The total-variation distance of the colour histograms of frames ``k - 1`` and ``k``."""
@@ -288,13 +364,14 @@ class CombinedDetector:
         """Decide the last frames (with what follows them, however little) and any open candidate."""
         while self._stepped < self._count:
             self._step(self._stepped)
+        self._release_held()
         candidate = self._candidate
         if candidate is not None:
             self._candidate = None
             if candidate.mono_first is not None and candidate.mono_first - candidate.start >= MIN_TRANSITION:
                 # A fade-out that the video ends in: the uniform frames after it are a shot.
                 self._emit_transition(candidate, candidate.mono_first - 1, "fade")
-                self._cut(candidate.mono_first)
+                self._cut(candidate.mono_first, candidate.confidence)
             else:
                 self._release(candidate)
         self.settled = self._count
@@ -308,13 +385,26 @@ class CombinedDetector:
 
     # --- cuts -------------------------------------------------------------------------------
 
-    def _is_cut(self, t: int) -> bool:
+    def _is_cut(self, t: int) -> float | None:
+        """The confidence of a cut at frame ``t``, or None: a step of the whole picture, or of a small
+        region of a still one, that no shift of the frame before explains."""
+        self._region = None
         if t == 0:
-            return False
+            return None
+        confidence = self._frame_cut(t)
+        if confidence is None:
+            confidence = self._local_cut(t)
+        if confidence is None or self._mad[t] >= SHIFT_MAD_MAX:
+            return confidence
+        left = self._shift_left(t)
+        return None if left < SHIFT_LEFT else min(confidence, margin(left, SHIFT_LEFT))
+
+    def _frame_cut(self, t: int) -> float | None:
+        """A step of the whole picture at ``t`` (see the module's docstring), with its confidence."""
         mads, count = self._mad, self._count
         mad = mads[t]
         if mad < CUT_MIN_MAD and self._pix_at(t) < PIX_MIN:
-            return False
+            return None
         near = [k for k in (t - 2, t - 1, t + 1, t + 2) if 1 <= k < count]
         content = mad / (max([mads[k] for k in near], default=0.0) + CUT_FLOOR)
         if content < CUT_RATIO and t + 1 < count and mads[t + 1] >= mad / CUT_RATIO:
@@ -323,28 +413,101 @@ class CombinedDetector:
             outer = [k for k in (t - 2, t - 1, t + 2, t + 3) if 1 <= k < count]
             content = mad / (max([mads[k] for k in outer], default=0.0) + CUT_FLOOR)
         step = mad >= CUT_MIN_MAD and content >= CUT_RATIO
+        confidence = margin(content, CUT_RATIO)
         if not step and content >= CUT_WEAK_RATIO:
             hist, pix = self._hist_at, self._pix_at
-            step = (hist(t) >= HIST_MIN and hist(t) / (max([hist(k) for k in near], default=0.0) + HIST_FLOOR)
-                    >= HIST_RATIO) or (
-                pix(t) >= PIX_MIN and pix(t) / (max([pix(k) for k in near], default=0.0) + PIX_FLOOR) >= PIX_RATIO)
+            hist_step = hist(t) / (max([hist(k) for k in near], default=0.0) + HIST_FLOOR)
+            pix_step = pix(t) / (max([pix(k) for k in near], default=0.0) + PIX_FLOOR)
+            if hist(t) >= HIST_MIN and hist_step >= HIST_RATIO:
+                step, confidence = True, min(margin(content, CUT_WEAK_RATIO), margin(hist_step, HIST_RATIO))
+            elif pix(t) >= PIX_MIN and pix_step >= PIX_RATIO:
+                step, confidence = True, min(margin(content, CUT_WEAK_RATIO), margin(pix_step, PIX_RATIO))
         if not step:
-            return False
+            return None
         # Persistent: the picture after the step never returns to the one before it, nor does the
         # one before it resemble what follows (the end of a flash).
         need = PERSIST * mad
         frames = self._frames
         before, after = frames[t - 1].thumb8, frames[t].thumb8
+        kept = float("inf")
         for j in range(1, LOOKAHEAD + 1):
-            if t + j < count and _mad(before, frames[t + j].thumb8) < need:
-                return False
-            if t - 1 - j >= 0 and (t - 1 - j) in frames and _mad(frames[t - 1 - j].thumb8, after) < need:
-                return False
+            if t + j < count:
+                kept = min(kept, _mad(before, frames[t + j].thumb8))
+            if t - 1 - j >= 0 and (t - 1 - j) in frames:
+                kept = min(kept, _mad(frames[t - 1 - j].thumb8, after))
+            if kept < need:
+                return None
+        confidence = min(confidence, margin(kept, need))
         if mad >= STRONG_MAD:
-            return True
+            return confidence
         # A small step must move some pixels far (a codec's refresh shifts every pixel a little) and
         # show in the picture's structure.
-        return (self._pix_at(t) >= PIX_MIN or mad >= WEAK_MAD) and self._structure_votes(t) >= WEAK_VOTES
+        if (self._pix_at(t) >= PIX_MIN or mad >= WEAK_MAD) and self._structure_votes(t) >= WEAK_VOTES:
+            return confidence
+        return None
+
+    def _local_cut(self, t: int) -> float | None:
+        """A step confined to a region of a still picture (a slide's text, a screen's window), with its
+        confidence: pixels that move at ``t`` where nothing moved in the two frames either side,
+        enough of them (:data:`LOCAL_MIN`), unlike the frame before for the next LOOKAHEAD frames
+        and still in the LOOKAHEAD frames before and after (a caret, a cursor or typing never
+        qualifies: too small, or moving again at once)."""
+        count, mads = self._count, self._mad
+        mad = mads[t]
+        if mad >= LOCAL_MAD_MAX or t + 1 >= count:
+            return None
+        near = max([mads[k] for k in (t - 2, t - 1, t + 1, t + 2) if 1 <= k < count], default=0.0)
+        if mad < LOCAL_STEP * (near + LOCAL_FLOOR) or self._pix_at(t) < LOCAL_MIN:
+            return None
+        moved = self._moved_at(t)
+        busy = np.zeros_like(moved)
+        for k in (t - 2, t - 1, t + 1, t + 2):
+            if 1 <= k < count and k - 1 in self._frames:
+                busy = cv2.bitwise_or(busy, self._moved_at(k))
+        busy = cv2.dilate(busy, np.ones((LOCAL_BUSY, LOCAL_BUSY), np.uint8))
+        new = cv2.bitwise_and(moved, cv2.bitwise_not(busy))
+        changed = cv2.countNonZero(new)
+        if changed < LOCAL_MIN * moved.size:
+            return None
+        frames = self._frames
+        before, after = frames[t - 1].grey, frames[t].grey
+
+        def share(a: np.ndarray, b: np.ndarray) -> float:
+            """The share of the new region's pixels that differ between two frames."""
+            if a.shape != b.shape:
+                return 1.0
+            differ = cv2.threshold(cv2.absdiff(a, b), PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1]
+            return cv2.countNonZero(cv2.bitwise_and(differ, new)) / changed
+
+        kept, moving = 1.0, 0.0
+        for j in range(1, LOOKAHEAD + 1):
+            if t + j < count:
+                later = frames[t + j].grey
+                kept, moving = min(kept, share(before, later)), max(moving, share(after, later))
+            if (t - 1 - j) in frames:
+                moving = max(moving, share(before, frames[t - 1 - j].grey))
+            if kept < LOCAL_KEEP or moving > LOCAL_STILL:
+                return None
+        self._region = new
+        return min(margin(changed / moved.size, LOCAL_MIN), margin(kept, LOCAL_KEEP),
+                   margin(LOCAL_STILL, max(moving, 1e-3)))
+
+    def _shift_left(self, t: int) -> float:
+        """The share of the pixels moved at ``t`` that the best vertical or horizontal shift of frame
+        ``t - 1`` (up to a quarter of the frame, half-pixel steps) leaves unexplained."""
+        a, b = self._frames[t - 1].grey, self._frames[t].grey
+        if a.shape != b.shape:
+            return 1.0
+        moved = self._moved_at(t)
+        total = cv2.countNonZero(moved)
+        if total < SHIFT_MIN * moved.size:
+            return 1.0
+        points = cv2.findNonZero(moved)
+        x, y, w, h = cv2.boundingRect(points)
+        best = _shifted_left(a, b, moved, (y, y + h), (x, x + w), total)
+        if best >= SHIFT_LEFT:
+            best = min(best, _shifted_left(a.T, b.T, moved.T, (x, x + w), (y, y + h), total))
+        return best
 
     def _structure_votes(self, t: int) -> int:
         """How many of pHash, grey histogram and edges see a change between frames ``t - 1`` and ``t``."""
@@ -360,11 +523,15 @@ class CombinedDetector:
 
     def _step(self, t: int) -> None:
         self._stepped = t + 1
+        self._watch_held(t)
         cut = self._is_cut(t)
         candidate = self._candidate
         if candidate is None:
-            if cut:
-                self._cut(t)
+            if cut is not None and self._region is not None:
+                self._release_held()
+                self._held = (t, cut, self._region, cv2.countNonZero(self._region))
+            elif cut is not None:
+                self._cut(t, cut)
             else:
                 baseline = self._baseline(t)
                 if baseline is not None and self._mad[t] > max(ENTER_ABS, ENTER_K * baseline + ENTER_C):
@@ -373,10 +540,32 @@ class CombinedDetector:
             self._advance(candidate, t, cut)
         candidate = self._candidate
         self.settled = candidate.start if candidate is not None else t + 1
+        if self._held is not None:
+            self.settled = min(self.settled, self._held[0])
         self._forget()
 
-    def _cut(self, t: int) -> None:
-        self._out.append(Boundary(t, "shot"))
+    def _watch_held(self, t: int) -> None:
+        """A held local cut: dropped if its region changes again at ``t``, released once it has been
+        held long enough."""
+        held = self._held
+        if held is None or t <= held[0]:
+            return
+        first, _, region, size = held
+        if t - first > min(LOCAL_HORIZON, self.max_transition):
+            self._release_held()
+        elif (t - 1) in self._frames and cv2.countNonZero(cv2.bitwise_and(self._moved_at(t), region)) >= LOCAL_REPEAT * size:
+            self._held = None
+
+    def _release_held(self) -> None:
+        """The held local cut is a cut: report it (before any boundary after it)."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._out.append(Boundary(held[0], "shot", confidence=held[1]))
+            self._last_cut = max(self._last_cut, held[0])
+
+    def _cut(self, t: int, confidence: float) -> None:
+        self._release_held()
+        self._out.append(Boundary(t, "shot", confidence=confidence))
         self._last_cut = t
 
     def _uniform(self, t: int) -> bool:
@@ -388,26 +577,26 @@ class CombinedDetector:
             return None
         return _median(self._mad[first:t])
 
-    def _advance(self, candidate: _Candidate, t: int, cut: bool) -> None:
-        if cut:
+    def _advance(self, candidate: _Candidate, t: int, cut: float | None) -> None:
+        if cut is not None:
             self._candidate = None
             if candidate.mono_first is not None and candidate.mono_first - candidate.start >= MIN_TRANSITION:
                 self._emit_transition(candidate, candidate.mono_first - 1, "fade")  # faded out, then a cut
-                self._cut(t)
             else:
                 self._release(candidate)
-                self._cut(t)
+            self._cut(t, cut)
             return
         mono = self._std[t] < MONO_SHARE * candidate.std_before and self._uniform(t)
         if mono:
             if candidate.mono_first is None:
                 candidate.mono_first = t
+                candidate.confidence = margin(MONO_SHARE * candidate.std_before, max(self._std[t], 1e-3))
             candidate.mono_last = t
             if t - candidate.mono_first + 1 >= MONO_HOLD:  # faded out and stays uniform
                 self._candidate = None
                 if candidate.mono_first - candidate.start >= MIN_TRANSITION:
                     self._emit_transition(candidate, candidate.mono_first - 1, "fade")
-                    self._cut(candidate.mono_first)
+                    self._cut(candidate.mono_first, candidate.confidence)
                 else:
                     self._release(candidate)
                 return
@@ -440,7 +629,7 @@ class CombinedDetector:
             self._release(candidate)
         else:
             self._emit_transition(candidate, last, kind)
-            self._out.append(Boundary(last + 1, "shot"))
+            self._out.append(Boundary(last + 1, "shot", confidence=candidate.confidence))
             self._last_cut = last + 1
 
     def _verify(self, candidate: _Candidate, last: int) -> TransitionKind | Literal["inside"] | None:
@@ -458,8 +647,10 @@ class CombinedDetector:
             grey_a, grey_b = (cv2.cvtColor(x.astype(np.uint8), cv2.COLOR_BGR2GRAY) for x in (a, b))
             if change < SAME_SHOT * depth or (_phash(grey_a) ^ _phash(grey_b)).bit_count() <= SAME_HASH_BITS:
                 return "inside"
+            candidate.confidence = min(candidate.confidence, margin(change, SAME_SHOT * depth))
             return "fade"
-        if change < max(MIN_CHANGE, 2.5 * (candidate.baseline + CUT_FLOOR)):
+        least = max(MIN_CHANGE, 2.5 * (candidate.baseline + CUT_FLOOR))
+        if change < least:
             return None
         path = sum(self._mad[first : last + 2])
         if change < STRAIGHT_MIN * path:
@@ -477,13 +668,16 @@ class CombinedDetector:
         dissolve, wipe = dissolve / len(picks), wipe / len(picks)
         if min(dissolve, wipe) > RESIDUAL_MAX * change:
             return None
+        candidate.confidence = min(margin(change, least), margin(change, STRAIGHT_MIN * path),
+                                   margin(RESIDUAL_MAX * change, max(min(dissolve, wipe), 1e-3)))
         (low, side), (high, _) = sorted(((self._std[first - 1], first - 1), (self._std[last + 1], last + 1)))
         if low < FADE_SHARE * high and self._uniform(side):  # one side near-uniform: a fade in or out
             return "fade"
         return "wipe" if wipe < dissolve else "dissolve"
 
     def _emit_transition(self, candidate: _Candidate, last: int, kind: TransitionKind) -> None:
-        self._out.append(Boundary(candidate.start, "transition", kind))
+        self._release_held()
+        self._out.append(Boundary(candidate.start, "transition", kind, candidate.confidence))
         self._last_cut = last + 1
 
     def _release(self, candidate: _Candidate) -> None:
@@ -497,8 +691,9 @@ class CombinedDetector:
         keep = self._stepped - LOOKAHEAD - 2
         if self._candidate is not None:
             keep = min(keep, self._candidate.start - 1)
-        frames, oldest = self._frames, self._oldest
+        frames, moved, oldest = self._frames, self._moved, self._oldest
         while oldest < keep:
             frames.pop(oldest, None)
+            moved.pop(oldest, None)
             oldest += 1
         self._oldest = oldest
