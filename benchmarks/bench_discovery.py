@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import table, write_results  # noqa: E402
 from mediafleet.discovery import DiscoveryService, LeaseHost, NavigationBudget, ReceiptKey, create_key_file  # noqa: E402
-from mediafleet.discovery.index import EvidenceIndex, open_index  # noqa: E402
+from mediafleet.discovery.index import EvidenceIndex  # noqa: E402
+from mediafleet.discovery.index_open import open_index  # noqa: E402
 from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule  # noqa: E402
 from mediafleet.discovery.text import query_terms  # noqa: E402
 from mediafleet.discovery.units import Scope, Unit  # noqa: E402

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from mediafleet.contract import EvidenceBundle
-from mediafleet.discovery.index import EvidenceIndex, open_index
+from mediafleet.discovery.index import EvidenceIndex
+from mediafleet.discovery.index_open import open_index
 from mediafleet.discovery.units import Unit
 from tests.conftest import ROOT, free_port
 

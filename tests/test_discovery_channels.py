@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from mediafleet.discovery import DiscoveryService, LeaseHost, NavigationBudget, ReceiptKey, Scope, create_key_file
-from mediafleet.discovery.index import EvidenceIndex, Nomination, open_index
+from mediafleet.discovery.index import EvidenceIndex, Nomination
+from mediafleet.discovery.index_open import open_index
 from mediafleet.discovery.operations import allow_active_bindings, fuse, parse_channels
 from mediafleet.discovery.text import query_terms
 from tests.discovery_fixtures import PostgresServer, index, postgres_server, unit  # noqa: F401

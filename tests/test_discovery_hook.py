@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from mediafleet import Dispatcher, Settings
 from mediafleet.discovery.hook import parse_index_setting
-from mediafleet.discovery.index import open_index
+from mediafleet.discovery.index_open import open_index
 from mediafleet.discovery.text import fold, query_terms
 from mediafleet.discovery.units import Scope, units_from_bundle
 from tests.conftest import ROOT, free_port

@@ -11,7 +11,8 @@ import pytest
 
 from mediafleet.contract import EvidenceBundle
 from mediafleet.discovery.errors import DiscoveryError
-from mediafleet.discovery.index import EvidenceIndex, parse_index_url
+from mediafleet.discovery.index import EvidenceIndex
+from mediafleet.discovery.index_open import parse_index_url
 from mediafleet.discovery.text import MAX_QUERY_CHARS, fold, query_terms
 from mediafleet.discovery.units import Scope, units_from_bundle
 from tests.discovery_fixtures import index, postgres_server, sample_bundles, unit  # noqa: F401

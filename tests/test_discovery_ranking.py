@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mediafleet.discovery.index import EvidenceIndex, open_index
+from mediafleet.discovery.index import EvidenceIndex
+
+from mediafleet.discovery.index_open import open_index
 from mediafleet.discovery.index_sqlite import term_frequency
 from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule, plan_search
 from mediafleet.discovery.text import query_terms

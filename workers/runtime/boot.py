@@ -19,20 +19,21 @@ with a 40 s hard limit).
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from signal import SIGTERM
 from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_ready, worker_shutdown
 from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass, Manifest
+from mediafleet.workers.runtime import retirement
+from mediafleet.workers.runtime.retirement import stop_worker
+
 from mediafleet.fleet.presence import HEARTBEAT_S, TTL_S, Announcer
 from mediafleet.fleet.store import JobStore, eviction_warning
 from mediafleet.settings import Settings
@@ -81,8 +82,8 @@ def boot_worker(settings: Settings, options: WorkerOptions, manifest: Manifest |
     from mediafleet.workers.engines import EngineConfig, cap_threads, configure
 
     cap_threads(settings.threads)
-    from mediafleet.workers.runtime.config import create_app
     from mediafleet.workers.extractor import check_devices
+    from mediafleet.workers.runtime.config import create_app
 
     served = [cap for cap in manifest.capabilities.values() if settings.device in cap.devices]
     if not served:
@@ -107,34 +108,8 @@ def boot_worker(settings: Settings, options: WorkerOptions, manifest: Manifest |
         argv.append(f"--max-memory-per-child={options.max_memory_per_child}")
     with worker_lifecycle(app, settings, manifest):
         app.worker_main(argv)
-        if (why := _retired_because()) is not None:
+        if (why := retirement.retired_because()) is not None:
             raise WorkerRetired(why)
-
-
-_main_pid: int | None = None  # the booted worker's main process (its pool processes inherit this)
-# Why the worker stopped itself, written by the pool process that called stop_worker and read by
-# the main process once the worker has shut down: a page of memory both share (mapped before the
-# pool forks), NUL-padded UTF-8; all NULs while nothing stopped it.
-_RETIRED_BYTES = 256
-_retired: mmap.mmap | None = None
-
-
-def stop_worker(why: str) -> None:
-    """Ask this worker's main process for a warm shutdown, as SIGTERM does: it takes no more
-    messages, lets the running tasks finish, hands its prefetched messages back to the queue,
-    retires its presence and exits, reporting ``why`` as a failure (:class:`WorkerRetired`).
-    Nothing happens outside a booted worker."""
-    log.error("stopping this worker: %s; its supervisor should start a fresh one", why)
-    if _retired is not None:
-        _retired[:] = why.encode()[:_RETIRED_BYTES].ljust(_RETIRED_BYTES, b"\0")
-    if _main_pid is not None:
-        os.kill(_main_pid, SIGTERM)
-
-
-def _retired_because() -> str | None:
-    if _retired is None or not (said := _retired[:].rstrip(b"\0")):
-        return None
-    return said.decode(errors="replace")
 
 
 @contextmanager
@@ -145,12 +120,10 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
     own app's worker, and none outlives the worker: a process that builds many apps keeps no
     receiver, closure or store of any of them.
     """
-    from mediafleet.workers.runtime.config import job_store
     from mediafleet.workers.engines import EngineConfig, configure
+    from mediafleet.workers.runtime.config import job_store
 
-    global _main_pid, _retired
-    _main_pid = os.getpid()  # before the pool forks
-    _retired = mmap.mmap(-1, _RETIRED_BYTES)  # anonymous and shared: the pool processes inherit it
+    retirement.arm()  # before the pool forks
     engine_config = EngineConfig(device=settings.device, threads=settings.threads,
                                  whisper_model_dir=settings.whisper_model_dir)
     announcers: list[Announcer] = []

@@ -19,20 +19,22 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.exceptions import Ignore
-from mediafleet.blobs.local import BlobStore, open_store
 from mediafleet.contract.jobs import ExtractRequest
 from mediafleet.contract.manifest import Manifest
-from mediafleet.fleet.store import JobStore
-from mediafleet.settings import Settings
 from mediafleet.workers.runner import run_request
 from mediafleet.workers.runtime.backend import BACKENDS, publish_progress
-from mediafleet.workers.runtime.boot import stop_worker
 from mediafleet.workers.runtime.consumer import refused
 from mediafleet.workers.runtime.message import visibility_timeout_s
 from mediafleet.workers.runtime.middleware.chain import fleet_middleware
 from mediafleet.workers.runtime.middleware.delivery import Delivery, Skip, run_chain
 from mediafleet.workers.runtime.names import EXTRACT_TASK, IN_RECORD, PUBLISHED
-from mediafleet.workers.runtime.transport import TRANSPORT, taken
+from mediafleet.workers.runtime.retirement import stop_worker
+from mediafleet.workers.runtime.transport import SENTINEL_TRANSPORT, TRANSPORT, taken
+
+from mediafleet.blobs.local import BlobStore, open_store
+from mediafleet.fleet.redis_client import is_sentinel, transport_options, with_master_password
+from mediafleet.fleet.store import JobStore
+from mediafleet.settings import Settings
 
 __all__ = ["create_app", "job_store"]
 
@@ -59,12 +61,14 @@ def create_app(settings: Settings, manifest: Manifest | None = None) -> Celery:
 
 def _build_app(settings: Settings, manifest: Manifest) -> Celery:
     store = open_store(settings)
-    app = Celery("mediafleet", broker=settings.broker(), backend=settings.backend(), set_as_current=False)
+    app = Celery("mediafleet", broker=with_master_password(settings, settings.broker()),
+                 backend=with_master_password(settings, settings.backend()), set_as_current=False)
     app.loader.override_backends = BACKENDS
     transport = {
         "visibility_timeout": visibility_timeout_s(manifest),
         "queue_order_strategy": "priority",
         "priority_steps": list(range(10)),
+        **transport_options(settings),  # behind Sentinel: the master's name, the sentinels' password
     }
     app.conf.update(
         task_serializer="json",
@@ -98,6 +102,8 @@ def _build_app(settings: Settings, manifest: Manifest) -> Celery:
     broker = settings.broker() or ""
     if broker.startswith("redis://") or (broker.startswith("rediss://") and tls is not None):
         app.conf.update(broker_transport=TRANSPORT)
+    elif is_sentinel(broker):
+        app.conf.update(broker_transport=SENTINEL_TRANSPORT)
     if settings.signing_key_file is not None:
         # Every task message is signed with the key and verified against the trusted store;
         # unsigned or wrongly signed messages are refused. Results stay plain JSON.

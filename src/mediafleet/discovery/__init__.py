@@ -10,7 +10,8 @@ disables. The model can call two operations, each with exactly two fields: ``dis
 from mediafleet.discovery.answer import ANSWER_FORMAT, answer, evidence_object
 from mediafleet.discovery.errors import DiscoveryError, Refusal
 from mediafleet.discovery.host import Binding, Lease, LeaseHost, NavigationBudget
-from mediafleet.discovery.index import AddReport, EvidenceIndex, Nomination, StoredUnit, open_index
+from mediafleet.discovery.index import AddReport, EvidenceIndex, Nomination, StoredUnit
+from mediafleet.discovery.index_open import open_index
 from mediafleet.discovery.operations import AuthorizationRequest, Authorizer, DiscoveryService
 from mediafleet.discovery.ranking import RankingRule
 from mediafleet.discovery.receipt import RECEIPT_FORMAT, ReceiptKey, create_key_file

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace, settings: Any) -> int:
 def _index_add(args: argparse.Namespace, settings: Any) -> int:
     from pydantic import ValidationError
 
-    from mediafleet.discovery.index import open_index
+    from mediafleet.discovery.index_open import open_index
     from mediafleet.discovery.units import Scope
 
     scope = Scope(args.workspace, args.subject)
@@ -257,7 +257,7 @@ def _ensure_key(key_path: Path) -> bool:
 
 def _open_lease(args: argparse.Namespace, settings: Any, host: Any, budget: Any) -> int:
     from mediafleet.discovery.credential_file import write_credential_file
-    from mediafleet.discovery.index import open_index
+    from mediafleet.discovery.index_open import open_index
     from mediafleet.discovery.units import Scope
 
     scope = Scope(args.workspace, args.subject)
@@ -286,7 +286,7 @@ def _open_lease(args: argparse.Namespace, settings: Any, host: Any, budget: Any)
 def _service(args: argparse.Namespace, settings: Any) -> Any:
     """The service, or the reason (one public-safe line) the host cannot serve."""
     from mediafleet.discovery.host import LeaseHost
-    from mediafleet.discovery.index import open_index
+    from mediafleet.discovery.index_open import open_index
     from mediafleet.discovery.operations import DiscoveryService, allow_active_bindings
     from mediafleet.discovery.receipt import ReceiptKey
 

@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from mediafleet.discovery.index import open_index, parse_index_url
+from mediafleet.discovery.index_open import open_index, parse_index_url
 from mediafleet.discovery.units import Scope
 
 if TYPE_CHECKING:

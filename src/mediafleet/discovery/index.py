@@ -1,4 +1,4 @@
-"""The evidence index interface; :func:`open_index` picks the implementation from a URL.
+"""The evidence index interface; :func:`mediafleet.discovery.index_open.open_index` picks the implementation from a URL.
 
 ``sqlite:PATH`` (or ``sqlite:///ABSOLUTE/PATH``): one SQLite file with FTS5 (BM25), the embedded
 default, nothing to start. ``postgresql://...``: PostgreSQL full-text search (tsvector + GIN) for
@@ -13,14 +13,12 @@ version or other options, which supersedes the earlier units).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from mediafleet.contract.bundle import EvidenceBundle
-from mediafleet.discovery.ranking import DEFAULT_RULE, RankingRule
 from mediafleet.discovery.units import Scope, Unit
 
-__all__ = ["AddReport", "EvidenceIndex", "Nomination", "StoredUnit", "open_index", "parse_index_url"]
+__all__ = ["AddReport", "EvidenceIndex", "Nomination", "StoredUnit", "group_units"]
 
 
 @dataclass(frozen=True)
@@ -78,38 +76,6 @@ class EvidenceIndex(Protocol):
         """The units of ``scope`` with these ids, active or not; ids not in the scope are absent."""
 
     def close(self) -> None: ...
-
-
-def parse_index_url(url: str) -> tuple[str, str]:
-    """``(kind, target)``: ``("sqlite", path)`` or ``("postgresql", conninfo URL)``.
-
-    Raises:
-        ValueError: any other form.
-    """
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql", url
-    if url.startswith("sqlite:"):
-        path = url.removeprefix("sqlite:")
-        if path.startswith("//"):
-            path = path[2:]
-            if not path.startswith("/"):
-                raise ValueError("sqlite:///PATH takes an absolute path")
-        if not path:
-            raise ValueError("sqlite: needs a file path")
-        return "sqlite", path
-    raise ValueError("an index URL is sqlite:PATH or postgresql://...")
-
-
-def open_index(url: str, rule: RankingRule = DEFAULT_RULE) -> EvidenceIndex:
-    """Open (creating the schema when missing) the index ``url`` names, searching under ``rule``."""
-    kind, target = parse_index_url(url)
-    if kind == "sqlite":
-        from mediafleet.discovery.index_sqlite import SqliteIndex
-
-        return SqliteIndex(Path(target).expanduser(), rule)
-    from mediafleet.discovery.index_pg import PostgresIndex
-
-    return PostgresIndex(target, rule)
 
 
 def group_units(units: list[Unit]) -> tuple[str, str, str]:
