@@ -1,4 +1,4 @@
-"""Audio result -> loci: one AudioRange per transcribed segment."""
+"""Audio result -> loci: one AudioRange per transcribed segment (its speaker, when labelled, a property)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def segment_loci(
                 "time_unit": "ms",
                 "timeline": timeline,
                 "language": transcript.language,
+                **({"speaker": segment.speaker, "speaker_count": transcript.speaker_count}
+                   if segment.speaker is not None else {}),
             },
         )
         for index, segment in enumerate(transcript.segments, start=1)

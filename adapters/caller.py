@@ -16,7 +16,8 @@ Shapes (a JSON object; ``available`` missing means true; ``error`` only on failu
   crop_png_b64?}]`` (pixels of the upright image; ``crop_png_b64``: a text line's pixels, for the
   first regions the server crops; the whole-image region's ``label`` is ``image``, or
   ``image (<type>; claimed <type>)`` when the bytes are not the type the caller claimed)
-* audio: ``segments: [{start_ms, end_ms, text, confidence?}]`` (integer milliseconds)
+* audio: ``segments: [{start_ms, end_ms, text, confidence?, speaker?}]`` (integer milliseconds; ``speaker``
+  "S1", "S2", ... when labelled)
 * video: ``shots: [{start_ms, end_ms, label?, confidence?}]`` (integer milliseconds),
   ``keyframes: [{start_frame, end_frame?, png_b64?}]`` (1-based, inclusive frame numbers)
 
@@ -92,6 +93,8 @@ def audio_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, 
                                        "text": props.get("text", "")}
             if props.get("confidence") is not None:
                 segment["confidence"] = props["confidence"]
+            if props.get("speaker") is not None:
+                segment["speaker"] = props["speaker"]  # an extra key: today's callers read the others
             segments.append(segment)
     return {"segments": segments}
 

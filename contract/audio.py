@@ -4,6 +4,11 @@ Times are integer milliseconds from the start of the recording as decoded (the a
 file, resampled to 16 kHz mono): ``start_ms`` inclusive, ``end_ms`` exclusive. Segments are in
 order, never overlap, are never empty (``end_ms > start_ms``) and lie inside ``duration_ms``;
 the model validates all of it, so an invalid result cannot be built.
+
+Speakers: each segment carries a ``speaker`` label, ``"S1"``, ``"S2"``, ... in the order the
+speakers first speak, and the result ``speaker_count``, the number of labels used; a segment in
+which the speaker changes is split at the word boundary, so one segment is one speaker. With
+``speakers=0`` no speaker is labelled (``speaker`` None on every segment, ``speaker_count`` None).
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from pydantic import Field, model_validator
 
 from mediafleet.contract.common import Confidence, Producer, Strict
 
-__all__ = ["AudioOptions", "AudioResult", "AudioSegment", "AudioSource", "AudioWord"]
+__all__ = ["MAX_SPEAKERS", "SPEAKER_PATTERN", "AudioOptions", "AudioResult", "AudioSegment", "AudioSource", "AudioWord"]
 
 Ms = Annotated[int, Field(strict=True, ge=0)]
+MAX_SPEAKERS = 16
+SPEAKER_PATTERN = r"^S[1-9][0-9]?$"
 
 
 class AudioOptions(Strict):
@@ -35,6 +42,11 @@ class AudioOptions(Strict):
         True, description="keep each word's timing and probability; segments are then cut at sentence ends and pauses"
     )
     beam_size: Annotated[int, Field(strict=True, ge=1, le=5)] = Field(5, description="1 is greedy decoding")
+    speakers: Annotated[int, Field(strict=True, ge=0, le=MAX_SPEAKERS)] | None = Field(
+        None,
+        description="how many people speak, when known; None estimates it from the voices; 0 labels no speakers "
+        "(the speaker encoder is not run)",
+    )
 
 
 class AudioWord(Strict):
@@ -65,6 +77,10 @@ class AudioSegment(Strict):
     avg_logprob: float = Field(le=0.0, allow_inf_nan=False, description="mean token log-probability of that window")
     no_speech_prob: Confidence = Field(description="the model's probability that the window holds no speech")
     words: list[AudioWord] | None = Field(None, description="None unless word_timestamps was on")
+    speaker: str | None = Field(
+        None, pattern=SPEAKER_PATTERN,
+        description="who speaks: S1, S2, ... in the order the speakers first speak; None when speakers=0",
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> AudioSegment:
@@ -95,6 +111,8 @@ class AudioResult(Strict):
     language_probability: Confidence | None = Field(description="1.0 when given or the model is English-only")
     source: AudioSource
     segments: list[AudioSegment]
+    speaker_count: Annotated[int, Field(strict=True, ge=0)] | None = Field(
+        None, description="how many speakers the segments name (0: no segments); None when speakers=0")
     producer: Producer
 
     @model_validator(mode="after")
@@ -108,4 +126,20 @@ class AudioResult(Strict):
             raise ValueError("a segment ends after the recording")
         if self.speech_ms > self.duration_ms:
             raise ValueError("speech_ms exceeds duration_ms")
+        self._check_speakers()
         return self
+
+    def _check_speakers(self) -> None:
+        """Labels on every segment or on none, named S1.. in order of first speech, counted."""
+        labels = [segment.speaker for segment in self.segments]
+        if self.speaker_count is None:
+            if any(label is not None for label in labels):
+                raise ValueError("segments name speakers but speaker_count is None")
+            return
+        if any(label is None for label in labels):
+            raise ValueError("speaker_count is set but a segment has no speaker")
+        first_seen = list(dict.fromkeys(labels))
+        if first_seen != [f"S{n}" for n in range(1, len(first_seen) + 1)]:
+            raise ValueError("speakers must be named S1, S2, ... in the order they first speak")
+        if len(first_seen) != self.speaker_count:
+            raise ValueError("speaker_count differs from the number of speakers the segments name")

@@ -43,6 +43,15 @@ from mediafleet.workers.audio.decode import SAMPLE_RATE, SAMPLES_PER_MS, open_au
 from mediafleet.workers.audio.memory import held_allocations
 from mediafleet.workers.audio.model import Whisper, whisper
 from mediafleet.workers.audio.sentences import abbreviation, ends_sentence
+from mediafleet.workers.audio.speaker_encoder import PARTIAL_FRAMES, STEP_FRAMES
+from mediafleet.workers.audio.speaker_turns import (
+    MIN_SPEECH_PARTIALS,
+    MIN_TURN_MS,
+    THRESHOLD,
+    SpeakerTrack,
+    label_segments,
+)
+from mediafleet.workers.audio.speaker_weights import EncoderWeights, encoder_weights
 from mediafleet.workers.audio.spec import SPEC
 from mediafleet.workers.audio.vad import (
     FixedWindows,
@@ -96,6 +105,7 @@ class _Run:
     speech_samples: int = 0
     reported: int = -1
     pipeline: Any = None
+    speakers: SpeakerTrack | None = None  # the voices of the decoded windows, when speakers are labelled
 
     def __post_init__(self) -> None:
         from faster_whisper import BatchedInferencePipeline
@@ -181,6 +191,8 @@ class _Run:
             # faster-whisper times a clip's words from int(offset * frames per second) / fps.
             origin = int(offset / SAMPLE_RATE * fps) / fps
             self._keep(window, origin, segment)
+            if self.speakers is not None:
+                self.speakers.add(window)
 
     def _keep(self, window: Window, origin: float, segment: Any) -> None:
         low, high = window.start // SAMPLES_PER_MS, window.end // SAMPLES_PER_MS
@@ -310,7 +322,7 @@ def _clip(value: Any, low: Any, high: Any) -> Any:
     return min(max(value, low), high)
 
 
-def producer(options: AudioOptions, engine: Whisper) -> Producer:
+def producer(options: AudioOptions, engine: Whisper, voices: EncoderWeights | None = None) -> Producer:
     import faster_whisper
 
     used: dict[str, Any] = options.model_dump(mode="json")
@@ -324,12 +336,17 @@ def producer(options: AudioOptions, engine: Whisper) -> Producer:
         temperature=0.0,
         vad_parameters=dict(_VAD) if options.vad_filter else None,
     )
+    if voices is not None:
+        used["speaker_turns"] = {
+            "partial_frames": PARTIAL_FRAMES, "step_frames": STEP_FRAMES, "threshold": THRESHOLD,
+            "min_speech_partials": MIN_SPEECH_PARTIALS, "min_turn_ms": MIN_TURN_MS,
+        }
     return Producer(
         engine="faster-whisper",
         engine_version=faster_whisper.__version__,
         extractor=SPEC.extractor_name,
         extractor_version=SPEC.extractor_version,
-        models=[engine.ref],
+        models=[engine.ref] + ([voices.ref] if voices is not None else []),
         options=used,
     )
 
@@ -357,20 +374,26 @@ def extract_audio(
         InputRejected: not decodable audio, no audio stream, damaged or truncated.
         LimitExceeded: longer than ``max_duration_s`` (``too_long``).
         CapabilityRefused: a language the configured model cannot transcribe.
-        Unavailable: no model, or it cannot be loaded here.
+        Unavailable: no model (Whisper's, or the speaker encoder's unless speakers=0), or it cannot
+            be loaded here.
     """
     engine = whisper()
     if options.language not in (None, "en") and not engine.multilingual:
         raise CapabilityRefused("the configured Whisper model transcribes English only", code=ErrorCode.INVALID_REQUEST)
+    voices = encoder_weights() if options.speakers != 0 else None
     held = held_allocations() if engine.device == "cpu" else contextlib.nullcontext()
     with held, open_audio(path, limits) as audio:
         declared = audio.declared_seconds
         run = _Run(engine, options, None if declared is None else math.ceil(declared), progress)
+        run.speakers = SpeakerTrack(voices) if voices is not None else None
         for block in audio.blocks():
             run.feed(block)
         length = audio.decoded_samples
         run.finish(length)
         source = audio.source
+    segments, speaker_count = run.segments(), None
+    if run.speakers is not None:
+        segments, speaker_count = label_segments(segments, *run.speakers.arrays(), options.speakers)
     if progress is not None:
         seconds = math.ceil(length / SAMPLE_RATE)
         progress(seconds, seconds)
@@ -380,6 +403,7 @@ def extract_audio(
         language=run.language,
         language_probability=run.language_probability,
         source=source,
-        segments=run.segments(),
-        producer=producer(options, engine),
+        segments=segments,
+        speaker_count=speaker_count,
+        producer=producer(options, engine, voices),
     )

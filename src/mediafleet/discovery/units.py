@@ -24,7 +24,8 @@ __all__ = ["Scope", "Unit", "text_digest", "units_from_bundle"]
 _SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 # Evidence-node properties carried into source_range as they are (all fixed by the adapters).
 _CARRIED = ("page", "coordinate_space", "image_id", "audio_id", "video_id", "segment", "shot", "timeline",
-            "time_unit", "text_unit", "path", "region", "language", "confidence", "start_frame", "end_frame")
+            "time_unit", "text_unit", "path", "region", "language", "confidence", "start_frame", "end_frame",
+            "speaker")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ _CSP = ("default-src 'none'; img-src data:; media-src data:; style-src 'unsafe-i
         "script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'")
 _KEEP = ("text", "confidence", "page", "path", "ocr_reason", "region", "label", "shot", "segment", "language",
          "start_frame", "end_frame", "time_ms", "phash", "sharpness", "near_duplicate_of_frame", "coordinate_space",
-         "orientation", "width", "height", "timeline")
+         "orientation", "width", "height", "timeline", "speaker", "speaker_count")
 
 
 @dataclass(frozen=True)

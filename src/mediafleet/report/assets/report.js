@@ -29,6 +29,9 @@
   const pct = (v, of) => (100 * v / of) + "%";
   const ms = (v) => (v / 1000).toFixed(3) + " s";
   const conf = (c) => (c === undefined ? "" : " · confidence " + c.toFixed(2));
+  // One colour per speaker label (S1, S2, ...), dark enough for white text; the palette repeats after eight.
+  const SPEAKER_COLOURS = ["#1f5fa8", "#b3261e", "#1f7a3a", "#7b3fa0", "#b35c00", "#6d4c41", "#ad1457", "#00838f"];
+  const speakerColour = (s) => (typeof s === "string" && /^S[1-9][0-9]?$/.test(s)) ? SPEAKER_COLOURS[(parseInt(s.slice(1), 10) - 1) % SPEAKER_COLOURS.length] : null;
   const short = (d) => (d ? d.slice(0, 19) + "…" : "");
 
   function hover(locus) {
@@ -44,7 +47,7 @@
       el("h3", { text: locus.kind }));
     const dl = el("dl");
     const rows = [["locus id", locus.id], ...Object.entries(locus.address).filter(([k]) => k !== "kind")];
-    for (const k of ["text", "confidence", "path", "ocr_reason", "page", "shot", "segment", "time_ms", "language", "phash", "sharpness", "near_duplicate_of_frame", "coordinate_space", "timeline"])
+    for (const k of ["text", "confidence", "path", "ocr_reason", "page", "shot", "segment", "speaker", "time_ms", "language", "phash", "sharpness", "near_duplicate_of_frame", "coordinate_space", "timeline"])
       if (locus[k] !== undefined) rows.push([k, locus[k]]);
     for (const [k, v] of rows) dl.append(el("dt", { text: k }), el("dd", { text: String(v) }));
     info.append(dl);
@@ -187,16 +190,23 @@
     }
     for (const seg of V.segments) {
       const a = seg.address;
-      speech.append(mark(el("div", { class: "range segment", style: `left:${pct(a.start_ms, dur)};width:${pct(a.end_ms - a.start_ms, dur)}` }), seg, () => play(a.start_ms, a.end_ms)));
+      const c = speakerColour(seg.speaker);
+      const tint = c ? `;background:${c}59;border-color:${c}` : "";
+      speech.append(mark(el("div", { class: "range segment", style: `left:${pct(a.start_ms, dur)};width:${pct(a.end_ms - a.start_ms, dur)}${tint}` }), seg, () => play(a.start_ms, a.end_ms)));
     }
-    sec.append(el("h2", { text: V.segments.length ? `Transcript: ${V.segments.length} segment${V.segments.length === 1 ? "" : "s"}` : (V.video ? "No speech transcribed" : "No speech found") }));
+    const voices = [...new Set(V.segments.map((seg) => seg.speaker).filter(Boolean))];
+    const who = voices.length ? `, ${voices.length} speaker${voices.length === 1 ? "" : "s"}` : "";
+    sec.append(el("h2", { text: V.segments.length ? `Transcript: ${V.segments.length} segment${V.segments.length === 1 ? "" : "s"}${who}` : (V.video ? "No speech transcribed" : "No speech found") }));
+    if (voices.length) sec.append(el("p", { class: "speakers" }, ...voices.map((s) => el("span", { class: "speaker", style: `background:${speakerColour(s)}`, text: s }))));
     if (!V.video) sec.append(scale);
     sec.append(speech);
     const list = el("ol", { class: "transcript" });
     for (const seg of V.segments) {
       const a = seg.address;
       list.append(el("li", { onclick: () => { show(seg); play(a.start_ms, a.end_ms); } },
-        el("span", { class: "when", text: `${ms(a.start_ms)} – ${ms(a.end_ms)}` }), " ", el("span", { text: seg.text || "" }),
+        el("span", { class: "when", text: `${ms(a.start_ms)} – ${ms(a.end_ms)}` }), " ",
+        ...(seg.speaker ? [el("span", { class: "speaker", style: `background:${speakerColour(seg.speaker)}`, text: seg.speaker }), " "] : []),
+        el("span", { text: seg.text || "" }),
         el("span", { class: "conf", text: conf(seg.confidence) })));
     }
     sec.append(list);
