@@ -18,7 +18,8 @@ Shapes (a JSON object; ``available`` missing means true; ``error`` only on failu
   ``image (<type>; claimed <type>)`` when the bytes are not the type the caller claimed)
 * audio: ``segments: [{start_ms, end_ms, text, confidence?, speaker?}]`` (integer milliseconds; ``speaker``
   "S1", "S2", ... when labelled)
-* video: ``shots: [{start_ms, end_ms, label?, confidence?}]`` (integer milliseconds),
+* video: ``shots: [{start_ms, end_ms, label?, confidence?}]`` (integer milliseconds; ``label`` start,
+  cut, dissolve, fade or wipe, a transition entry ``transition:<kind>``; ``confidence`` the detector's),
   ``keyframes: [{start_frame, end_frame?, png_b64?}]`` (1-based, inclusive frame numbers)
 
 Every response also carries ``bundle``: the full evidence bundle (governed loci, PROV-O, claim);
@@ -106,8 +107,10 @@ def video_shape(bundle: EvidenceBundle, inline: Mapping[str, str]) -> dict[str, 
     for address, props in _evidence(bundle):
         if address["kind"] == "video_time_range":
             shot: dict[str, Any] = {"start_ms": address["start_ms"], "end_ms": address["end_ms"]}
-            if isinstance(props.get("label"), str):  # a transition: "transition:<kind>"
+            if isinstance(props.get("label"), str):  # start, cut, dissolve, fade, wipe; "transition:<kind>"
                 shot["label"] = props["label"]
+            if isinstance(props.get("confidence"), float):  # the detector's, for the boundary
+                shot["confidence"] = props["confidence"]
             shots.append(shot)
         elif address["kind"] == "frame_range":
             keyframe: dict[str, Any] = {"start_frame": address["start_frame"], "end_frame": address["end_frame"]}

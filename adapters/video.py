@@ -23,11 +23,13 @@ MEDIA_TIMELINE = "media_ms"
 def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
     """Per shot: its VideoTimeRange, then each of its keyframes as a one-frame FrameRange.
 
-    Shot nodes carry the shot number and its 1-based first/last frame numbers. A gradual transition
-    (the combined detector's) is an entry of its own between the two shots it joins: a
-    VideoTimeRange from its first frame to the next shot's start, its frames as ``start_frame`` and
-    ``end_frame``, ``transition`` (dissolve, fade, wipe) and ``label`` ``transition:<kind>``, and no
-    keyframe; the shot before it ends where it starts. Keyframe nodes carry
+    Shot nodes carry the shot number, its 1-based first/last frame numbers, its ``label`` (how it
+    begins: ``start``, ``cut``, or the kind of the transition into it) and the detector's
+    ``confidence`` for that boundary. A gradual transition (the combined detector's) is an entry of
+    its own between the two shots it joins: a VideoTimeRange from its first frame to the next
+    shot's start, its frames as ``start_frame`` and ``end_frame``, ``transition`` (dissolve, fade,
+    wipe), ``label`` ``transition:<kind>`` (so it is never taken for a shot), its confidence, and
+    no keyframe; the shot before it ends where it starts. Keyframe nodes carry
     the shot, the frame's time, the image's blob ref (``blob:<hex>``), media type, size, pHash,
     sharpness and, for a near-duplicate, the frame number of the keyframe it repeats. Speech
     segments carry their text and confidence, the segment number and the language.
@@ -46,6 +48,8 @@ def video_loci(result: VideoResult, document_id: str) -> list[LocusDraft]:
             "start_frame": shot.first_frame_index + 1,
             "end_frame": shot.last_frame_index + 1,
             "time_unit": "ms",
+            "label": shot.label,
+            "confidence": shot.confidence,
         }
         if shot.transition is not None:
             properties["transition"] = shot.transition

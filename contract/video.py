@@ -142,6 +142,16 @@ class VideoShot(Strict):
         None, description="for a transition: dissolve (a blend of the two shots), fade (to or from a near-uniform "
         "frame, or through one) or wipe (each pixel switches from one shot to the other)"
     )
+    label: Literal["start", "cut", "dissolve", "fade", "wipe"] = Field(
+        description="how the entry begins: start (the first), cut (a hard cut), or the gradual transition into "
+        "it (a transition entry: its own kind; the shot after one: that transition's kind)"
+    )
+    confidence: float = Field(
+        ge=0.0, le=1.0, allow_inf_nan=False,
+        description="the detector's margin over the thresholds that decided the boundary: 0.5 where a measurement "
+        "just met its threshold, 1 - threshold / (2 x measured) above it, at most 0.99; the start is 1.0 (nothing "
+        "was detected: the video begins there)",
+    )
     start_ms: Ms = Field(description="presentation time of the shot's first frame (inclusive)")
     end_ms: Ms = Field(description="presentation time of the next shot's first frame, or the video's end (exclusive)")
     first_frame_index: Index = Field(description="0-based index of the shot's first frame")
@@ -155,6 +165,10 @@ class VideoShot(Strict):
             raise ValueError("a shot's last frame precedes its first")
         if (self.kind == "transition") != (self.transition is not None):
             raise ValueError("a transition, and only a transition, says which kind it is")
+        if self.transition is not None and self.label != self.transition:
+            raise ValueError("a transition's label is its kind")
+        if (self.shot == 1) != (self.label == "start"):
+            raise ValueError("the first entry, and only the first, is labelled start")
         return self
 
 

@@ -151,7 +151,12 @@ def test_transition_loci_say_their_kind_and_frames(tmp_path: Path) -> None:
     a, b = scene(0, 60), scene(1, 60)
     result = run(write_frames(tmp_path / "dissolve.mp4", a[:40] + blend(a[40:55], b[:15]) + b[15:]))
     shots = [d for d in video_loci(result, "video-1") if d.address.kind == "video_time_range"]
-    assert [d.properties.get("label") for d in shots] == [None, "transition:dissolve", None]
+    assert [d.properties.get("label") for d in shots] == ["start", "transition:dissolve", "dissolve"]
+    assert [s.label for s in result.shots] == ["start", "dissolve", "dissolve"]
+    # The detector's own margins: the start is not detected (1.0); the dissolve's is measured, and the
+    # shot after it carries the same.
+    confidences = [d.properties["confidence"] for d in shots]
+    assert confidences[0] == 1.0 and 0.5 <= confidences[1] < 1.0 and confidences[2] == confidences[1]
     transition = result.shots[1]
     assert shots[1].properties["start_frame"] == transition.first_frame_index + 1
     assert shots[1].properties["end_frame"] == transition.last_frame_index + 1

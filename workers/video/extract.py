@@ -85,6 +85,8 @@ class _Shot:
     picker: KeyframePicker | None  # released when the shot closes; None for a transition (no keyframe)
     last: int = -1
     transition: str | None = None  # the kind, for a gradual transition
+    label: str = "start"  # how it begins: start, cut, or the transition's kind
+    confidence: float = 1.0  # the detector's, for the boundary that begins it
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,16 @@ class _Shots:
     def add(self, index: int, pts: int, score: float, frame: Any) -> None:
         if self.current is None or (self.cuts and self.cuts[0].first == index):
             boundary = self.cuts.popleft() if self.cuts and self.cuts[0].first == index else None
+            after = self.current.transition if self.current is not None else None
             self._close()
-            if boundary is not None and boundary.kind == "transition":
-                self.current = _Shot(index, pts, None, transition=boundary.transition)
-            else:
+            if boundary is None:
                 self.current = _Shot(index, pts, KeyframePicker(index))
+            elif boundary.kind == "transition":
+                self.current = _Shot(index, pts, None, transition=boundary.transition, label=str(boundary.transition),
+                                     confidence=boundary.confidence)
+            else:
+                self.current = _Shot(index, pts, KeyframePicker(index), label=after or "cut",
+                                     confidence=boundary.confidence)
         self.current.last = self.assigned = index
         if self.current.picker is not None:
             self.current.picker.add(Candidate(index, pts, score, frame))
@@ -213,7 +220,7 @@ def _assemble(
     (a transition merged with a shot becomes part of the shot). Every keyframe is kept, under the
     shot it was merged into.
     """
-    spans: list[list[Any]] = []  # [first_index, last_index, start_ms, transition kind or None]
+    spans: list[list[Any]] = []  # [first_index, last_index, start_ms, transition kind or None, label, confidence]
     span_of_shot: list[int] = []  # closed segment position -> span position
     for shot in shots.closed:
         start_ms = _ms(reader.time_s(shot.first_pts))
@@ -221,7 +228,7 @@ def _assemble(
             spans[-1][1] = shot.last
             spans[-1][3] = spans[-1][3] if shot.transition is not None else None  # a shot absorbs a transition
         else:
-            spans.append([shot.first, shot.last, start_ms, shot.transition])
+            spans.append([shot.first, shot.last, start_ms, shot.transition, shot.label, shot.confidence])
         span_of_shot.append(len(spans) - 1)
     if len(spans) > 1 and spans[-1][2] >= media.duration_ms:
         spans[-2][1] = spans[-1][1]
@@ -234,12 +241,14 @@ def _assemble(
             shot=number,
             kind="shot" if transition is None else "transition",
             transition=transition,
+            label="start" if number == 1 else label,
+            confidence=1.0 if number == 1 else confidence,
             start_ms=start_ms,
             end_ms=spans[number][2] if number < len(spans) else media.duration_ms,
             first_frame_index=first,
             last_frame_index=last,
         )
-        for number, (first, last, start_ms, transition) in enumerate(spans, start=1)
+        for number, (first, last, start_ms, transition, label, confidence) in enumerate(spans, start=1)
     ]
     keyed = [(position, k) for position, k in enumerate(shots.keys) if k is not None]
     duplicates = near_duplicates([k.phash for _, k in keyed], distance)

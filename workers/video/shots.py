@@ -54,6 +54,7 @@ from mediafleet.workers.video.shot_detector import (
     Boundary,
     CombinedDetector,
     FrameSignals,
+    margin,
     max_transition_frames,
     thumb_size,
 )
@@ -360,8 +361,20 @@ class _OnePassScore:
 
     _weights: ContentDetector.Components
     _last_hsv: np.ndarray | None = None
+    _scores: dict[int, float]
 
     def _calculate_frame_score(self, timecode: FrameTimecode, frame_img: np.ndarray) -> float:
+        score = self._one_pass_score(timecode, frame_img)
+        scores = self.__dict__.setdefault("_scores", {})
+        scores[timecode.frame_num] = score
+        scores.pop(timecode.frame_num - 64, None)  # a cut is placed at most a window behind
+        return score
+
+    def cut_confidence(self, frame: int) -> float:
+        """The margin of the frame's score over the threshold (see :func:`shot_detector.margin`)."""
+        return margin(self.__dict__.get("_scores", {}).get(frame, 0.0), self._threshold)  # type: ignore[attr-defined]
+
+    def _one_pass_score(self, timecode: FrameTimecode, frame_img: np.ndarray) -> float:
         if self._weights.delta_edges != 0.0 or self.stats_manager is not None:  # type: ignore[attr-defined]
             return super()._calculate_frame_score(timecode, frame_img)  # type: ignore[misc,no-any-return]
         hsv = cv2.cvtColor(frame_img, cv2.COLOR_BGR2HSV)
@@ -379,7 +392,16 @@ class _OnePassScore:
 
 
 class _Adaptive(_OnePassScore, AdaptiveDetector):
-    pass
+    def cut_confidence(self, frame: int) -> float:
+        """The margin of upstream's adaptive ratio (the frame's score over the mean of its window's)
+        over its threshold, and of the score over its minimum content value: the smaller."""
+        scores = self.__dict__.get("_scores", {})
+        width = self.window_width
+        window = [scores.get(frame + k, 0.0) for k in range(-width, width + 1) if k]
+        average = sum(window) / (2.0 * width)
+        score = scores.get(frame, 0.0)
+        ratio = min(score / average, 255.0) if abs(average) >= 0.00001 else 255.0
+        return min(margin(ratio, self.adaptive_threshold), margin(score, self.min_content_val))
 
 
 class _Content(_OnePassScore, ContentDetector):
@@ -450,17 +472,20 @@ class _SceneDetectSegmenter:
 
     def push(self, index: int, prepared: Any) -> None:
         self._timecode = FrameTimecode(index, fps=self.rate)
-        self._out.extend(Boundary(cut.frame_num, "shot") for cut in self.detector.process_frame(self._timecode, prepared))
+        self._out.extend(self._boundary(cut) for cut in self.detector.process_frame(self._timecode, prepared))
         self.settled = index - self.lookback + 1
 
     def finish(self) -> None:
         assert self._timecode is not None  # the reader refuses a stream with no frames
-        self._out.extend(Boundary(cut.frame_num, "shot") for cut in self.detector.post_process(self._timecode))
+        self._out.extend(self._boundary(cut) for cut in self.detector.post_process(self._timecode))
         self.settled = self._timecode.frame_num + 1
 
     def take(self) -> list[Boundary]:
         out, self._out = self._out, []
         return out
+
+    def _boundary(self, cut: FrameTimecode) -> Boundary:
+        return Boundary(cut.frame_num, "shot", confidence=self.detector.cut_confidence(cut.frame_num))
 
 
 class _CombinedSegmenter:
