@@ -8,14 +8,15 @@ from functools import cached_property
 from typing import Any
 
 from celery import Task, states
-from celery.backends.redis import RedisBackend
+from celery.backends.redis import RedisBackend, SentinelBackend
 from celery.exceptions import BackendStoreError
-from mediafleet.fleet.store import task_result_writer
 from mediafleet.workers.runtime.names import IN_RECORD, PUBLISHED
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisFull
 
-__all__ = ["FleetRedisBackend", "publish_progress"]
+from mediafleet.fleet.store import task_result_writer
+
+__all__ = ["BACKENDS", "FleetRedisBackend", "FleetSentinelBackend", "publish_progress"]
 
 
 class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
@@ -89,4 +90,10 @@ def publish_progress(task: Task, meta: dict[str, Any]) -> None:
         raise RedisConnectionError("the task's progress state could not be stored") from exc
 
 
-BACKENDS = {scheme: f"{__name__}:FleetRedisBackend" for scheme in ("redis", "rediss")}
+class FleetSentinelBackend(FleetRedisBackend, SentinelBackend):  # type: ignore[misc]
+    """:class:`FleetRedisBackend` on the master the sentinels name (``sentinel://`` result backends,
+    ``master_name`` in the result backend's transport options)."""
+
+
+BACKENDS = {**{scheme: f"{__name__}:FleetRedisBackend" for scheme in ("redis", "rediss")},
+            "sentinel": f"{__name__}:FleetSentinelBackend"}

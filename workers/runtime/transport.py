@@ -14,13 +14,15 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual as kombu_virtual
 from mediafleet.contract.jobs import ExtractRequest, JobState
-from mediafleet.fleet.store import Started, delivery_taker
-from mediafleet.settings import Settings
 from mediafleet.workers.runtime.names import EXTRACT_TASK, TAKEN_HEADER
 from redis.exceptions import OutOfMemoryError as RedisFull
 from redis.exceptions import RedisError
 
-__all__ = ["MADE", "TRANSPORT", "FleetTransport", "NotKept", "count_taken_by", "taken"]
+from mediafleet.fleet.store import Started, delivery_taker
+from mediafleet.settings import Settings
+
+__all__ = ["MADE", "SENTINEL_TRANSPORT", "TRANSPORT", "FleetSentinelTransport", "FleetTransport", "NotKept",
+           "count_taken_by", "taken"]
 
 log = logging.getLogger("mediafleet.worker")
 
@@ -245,3 +247,17 @@ class FleetTransport(kombu_redis.Transport):  # type: ignore[misc]
     Channel = _FleetChannel
 
 TRANSPORT = f"{__name__}:FleetTransport"
+
+
+class _FleetSentinelChannel(_FleetChannel, kombu_redis.SentinelChannel):  # type: ignore[misc]
+    """:class:`_FleetChannel` on the master the sentinels name (kombu's Sentinel channel makes its
+    connection pool: each new connection asks the sentinels, a demoted master's is dropped)."""
+
+
+class FleetSentinelTransport(kombu_redis.SentinelTransport):  # type: ignore[misc]
+    """:class:`FleetTransport` for a ``sentinel://`` broker (``master_name`` in its transport options)."""
+
+    Channel = _FleetSentinelChannel
+
+
+SENTINEL_TRANSPORT = f"{__name__}:FleetSentinelTransport"

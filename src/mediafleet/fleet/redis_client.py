@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from mediafleet.settings import Settings
 
 __all__ = ["RETRY_S", "SentinelAddress", "eviction_warning", "is_sentinel", "redis_away_errors", "redis_client",
-           "sentinel_address", "translated", "translating", "unreachable_errors"]
+           "sentinel_address", "sentinel_url", "translated", "translating", "transport_options", "unreachable_errors",
+           "with_master_password"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -155,6 +156,44 @@ def sentinel_address(url: str) -> SentinelAddress:
     if not sentinels:
         raise ValueError("a sentinel:// URL that names no sentinel")
     return SentinelAddress(sentinels, password, db)
+
+
+def sentinel_url(url: str, password: str | None) -> str:
+    """``url`` (``sentinel://`` entries) with the master's ``password`` in each entry that names
+    none, percent-encoded (what kombu and Celery read the master's password from)."""
+    if password is None:
+        return url
+    from urllib.parse import quote
+
+    out = []
+    for entry in (e.strip() for e in url.split(";") if e.strip()):
+        scheme, rest = entry.split("://", 1)
+        out.append(entry if "@" in rest.split("/", 1)[0] else f"{scheme}://:{quote(password, safe='')}@{rest}")
+    return ";".join(out)
+
+
+def transport_options(settings: Settings) -> dict[str, Any]:
+    """What kombu's and Celery's Sentinel transport need beyond the URL: the master's name and the
+    sentinels' own password and TLS options (none for a plain ``redis://`` broker)."""
+    if not is_sentinel(settings.broker()) and not is_sentinel(settings.backend()):
+        return {}
+    if not settings.sentinel_master:
+        raise ValueError("a sentinel:// broker needs MEDIAFLEET_SENTINEL_MASTER, the name the sentinels know the "
+                         "master by")
+    own: dict[str, Any] = {}
+    if settings.sentinel_password is not None:
+        own["password"] = settings.sentinel_password.get_secret_value()
+    if (tls := settings.tls_options()) is not None:
+        own.update(ssl=True, **tls)
+    return {"master_name": settings.sentinel_master, "sentinel_kwargs": own}
+
+
+def with_master_password(settings: Settings, url: str | None) -> str | None:
+    """``url`` as kombu and Celery must be given it: a ``sentinel://`` one with ``redis_password``
+    as the master's (``Settings.broker`` merges it into ``redis://`` URLs only); others as they are."""
+    if url is None or not is_sentinel(url) or settings.redis_password is None:
+        return url
+    return sentinel_url(url, settings.redis_password.get_secret_value())
 
 
 def sentinel_client(settings: Settings, url: str, *, retry_s: float = RETRY_S) -> Any:
