@@ -14,7 +14,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["BodyCap", "request_id"]
+__all__ = ["BodyCap", "request_id", "tool_result"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -73,6 +73,24 @@ def _value_at(text: str, at: int) -> Any:
     return value if isinstance(value, (str, int)) and not isinstance(value, bool) else _NOT_FOUND
 
 
+def tool_result(version: str | None, text: str, is_error: bool) -> dict[str, Any]:
+    """A ``tools/call`` result with one text content, shaped for the protocol ``version`` the
+    client speaks (a 2026-era version requires ``resultType``), as the SDK's server shapes its own."""
+    from mcp_types import methods
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    data: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
+    if version is None:
+        return data
+    try:
+        data = methods.serialize_server_result("tools/call", version, data)
+    except (ValueError, KeyError):  # a version without a core surface for it: the plain shape
+        pass
+    if version in MODERN_PROTOCOL_VERSIONS and data.get("resultType") is None:
+        data["resultType"] = "complete"
+    return data
+
+
 class BodyCap:
     """ASGI middleware: a POST body over ``cap`` bytes becomes ``answer(request id)``, a JSON-RPC
     result sent with status 200, after the body is read to its end and dropped.
@@ -80,10 +98,11 @@ class BodyCap:
     Args:
         app: the MCP transport's ASGI app.
         cap: the most request-body bytes passed on.
-        answer: builds the JSON-RPC ``result`` object (a tool result) for a capped request.
+        answer: builds the JSON-RPC ``result`` object (a tool result) for a capped request, given
+            the protocol version the request names in its ``mcp-protocol-version`` header.
     """
 
-    def __init__(self, app: App, cap: int, answer: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, app: App, cap: int, answer: Callable[[str | None], dict[str, Any]]) -> None:
         if cap <= 0:
             raise ValueError("cap must be > 0")
         self.app, self.cap, self.answer = app, cap, answer
@@ -120,13 +139,13 @@ class BodyCap:
             if len(head) < _HEAD:
                 head += message.get("body", b"")[:_HEAD - len(head)]
             complete = not message.get("more_body", False)
-        await self._answer(request_id(head), send)
+        await self._answer(request_id(head), _header(scope, b"mcp-protocol-version"), send)
 
-    async def _answer(self, rid: Any, send: Send) -> None:
+    async def _answer(self, rid: Any, version: str | None, send: Send) -> None:
         if rid is None:  # not a JSON-RPC request we can answer: the transport's own refusal
             body, status, kind = b"Request body too large", 413, b"text/plain; charset=utf-8"
         else:
-            body = json.dumps({"jsonrpc": "2.0", "id": rid, "result": self.answer()},
+            body = json.dumps({"jsonrpc": "2.0", "id": rid, "result": self.answer(version)},
                               ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             status, kind = 200, b"application/json"
         await send({"type": "http.response.start", "status": status,
@@ -134,12 +153,16 @@ class BodyCap:
         await send({"type": "http.response.body", "body": body})
 
 
-def _content_length(scope: Scope) -> int | None:
+def _header(scope: Scope, wanted: bytes) -> str | None:
     for name, value in scope.get("headers", ()):
-        if name.lower() == b"content-length":
-            text = value.decode("latin-1").strip()
-            return int(text) if text.isdigit() else None
+        if name.lower() == wanted:
+            return str(value.decode("latin-1").strip())
     return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    text = _header(scope, b"content-length")
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def _replay(kept: list[Message], receive: Receive) -> Receive:

@@ -64,7 +64,7 @@ from mediafleet.contract.errors import (
 from mediafleet.contract.manifest import Capability
 from mediafleet.dispatch import Dispatcher, Job
 from mediafleet.mcp.extras import crop_key, crop_targets, embedding_key, page_embeddings, page_texts
-from mediafleet.mcp.http_cap import BodyCap
+from mediafleet.mcp.http_cap import BodyCap, tool_result
 from mediafleet.mcp.inline import Decoded, NotBase64, b64_size, decode_into, split_params
 from mediafleet.mcp.localjobs import LocalJobs, RunnerDied, run_folder, submit_request
 from mediafleet.sniff import sniff
@@ -561,7 +561,7 @@ def _http_body_limit(max_inline_bytes: int) -> int:
     return (max_inline_bytes + 2) // 3 * 4 + 1024 * 1024
 
 
-def _over_body_limit(max_inline_bytes: int, errors_as_is_error: bool) -> dict[str, Any]:
+def _over_body_limit(max_inline_bytes: int, errors_as_is_error: bool, version: str | None) -> dict[str, Any]:
     """The tool result for a request over the HTTP body limit: ``too_large`` in the callers' channel."""
     limit = _http_body_limit(max_inline_bytes)
     error = PublicError(code=ErrorCode.TOO_LARGE,
@@ -570,7 +570,7 @@ def _over_body_limit(max_inline_bytes: int, errors_as_is_error: bool) -> dict[st
                                 "fleet's blob store and pass blob_ref, or have the operator raise serve-mcp's "
                                 "--max-inline-bytes")
     text = json.dumps(failure_response(error), ensure_ascii=False, separators=(",", ":"))
-    return {"content": [{"type": "text", "text": text}], "isError": errors_as_is_error}
+    return tool_result(version, text, errors_as_is_error)
 
 
 def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
@@ -606,7 +606,7 @@ def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", p
     # A body over the limit is answered as a tool result (too_large), not the transport's 413, which
     # the callers' client turns into "sidecar unreachable".
     app = BodyCap(server.streamable_http_app(json_response=True, host=host, max_request_body_size=limit), limit,
-                  answer=lambda: _over_body_limit(tools.max_inline_bytes, errors_as_is_error))
+                  answer=lambda version: _over_body_limit(tools.max_inline_bytes, errors_as_is_error, version))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     print(f"mediafleet serve-mcp: streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
 
