@@ -573,6 +573,16 @@ def _over_body_limit(max_inline_bytes: int, errors_as_is_error: bool, version: s
     return tool_result(version, text, errors_as_is_error)
 
 
+def _without_second_body_limit(manager: Any) -> None:
+    """Take the SDK's own body limit out from behind :class:`BodyCap`, which enforces the same one:
+    the SDK's buffers the body into a bytearray and copies it to bytes, two copies of a large
+    request held for the whole call. Left in place if the SDK no longer wraps its handler so."""
+    from mcp.server.transport_security import RequestBodyLimitMiddleware
+
+    if isinstance(manager.asgi_app, RequestBodyLimitMiddleware):
+        manager.asgi_app = manager.asgi_app.app
+
+
 def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765,
           errors_as_is_error: bool = False, upstream: str | None = None) -> None:
     """Serve until stdin closes (stdio) or the process is stopped (streamable HTTP at ``/mcp``).
@@ -607,6 +617,7 @@ def serve(tools: SidecarTools, *, http: bool = False, host: str = "127.0.0.1", p
     # the callers' client turns into "sidecar unreachable".
     app = BodyCap(server.streamable_http_app(json_response=True, host=host, max_request_body_size=limit), limit,
                   answer=lambda version: _over_body_limit(tools.max_inline_bytes, errors_as_is_error, version))
+    _without_second_body_limit(server.session_manager)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     print(f"mediafleet serve-mcp: streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
 
