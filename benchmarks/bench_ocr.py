@@ -16,18 +16,32 @@ with at least ``REAL_MIN_WORDS`` words after the first ``real_skip`` such pages,
 all; a skip gives pages that were not looked at while the OCR's rules were set), rasterised the same way at run time,
 their own text layers the answer key (none found is said, not faked).
 
+Held-out pages: the same comparison on pages of a real PDF that no OCR rule was set on, the
+Debian FAQ (``debian-faq``'s English PDF, fetched with ``apt-get download`` and unpacked into the
+run's temporary folder, nothing installed), ``held_out`` prose pages spread evenly over it; any
+PDF paths given after ``--held-out`` are used instead. Each page is scored by word accuracy (1 -
+word error rate, in reading order) and by bag-of-words recall and precision (the reference's words
+found, the words read that are in the reference, each word counted as often as it occurs), and
+timed in wall and CPU seconds (mediafleet's process, Tesseract's child). Where the time goes is
+measured last, on the real and held-out pages (render, detector, line crops, fast recogniser,
+re-reads by the small one, the rest), so it does not slow the timed runs.
+
 Setup: installs Debian's ``tesseract-ocr`` when it is missing (needs root and apt).
-Run: ``.venv/bin/python benchmarks/bench_ocr.py [pages] [mixed_pages] [real_pages] [real_per_pdf] [real_skip]``
-(defaults 3, 10, 14, 2, 0: two pages of each of the seven manuals here).
+Run: ``.venv/bin/python benchmarks/bench_ocr.py [pages] [mixed_pages] [real_pages] [real_per_pdf] [real_skip]
+[held_out] [--held-out PDF ...]`` (defaults 3, 10, 14, 2, 0, 8: two pages of each of the seven
+manuals here, eight pages of the Debian FAQ).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import difflib
+import gzip
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,6 +50,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,6 +65,10 @@ DPI = 200
 FONTS = ["helv", "tiro", "cour"]
 LIMITS = Limits(max_bytes=1 << 30, max_pages=1000, max_pixels=50_000_000)
 REAL_MIN_WORDS = 250
+# The held-out document: Debian's FAQ, a package that is not installed here (so not among the
+# manuals the OCR's rules were set on), fetched as a .deb and unpacked in the run's folder.
+HELD_OUT_PACKAGE = "debian-faq"
+HELD_OUT_PDF = "debian-faq.en.pdf.gz"
 
 
 def ensure_tesseract() -> str:
@@ -130,6 +149,59 @@ def real_pages(limit: int, per_pdf: int = 2, unpack_to: Path | None = None, skip
     return out
 
 
+def held_out_pdfs(folder: Path) -> list[Path]:
+    """The Debian FAQ's English PDF, fetched with ``apt-get download`` and unpacked into ``folder``
+    (nothing installed); empty when apt cannot fetch it here."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        return []
+    subprocess.run(["apt-get", "download", "-qq", HELD_OUT_PACKAGE], cwd=folder, check=False, capture_output=True)
+    debs = sorted(folder.glob(f"{HELD_OUT_PACKAGE}_*.deb"))
+    if not debs:
+        return []
+    subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(folder / "root")], check=False, capture_output=True)
+    out = []
+    for packed in sorted((folder / "root").rglob(HELD_OUT_PDF)):
+        target = folder / packed.name.removesuffix(".gz")
+        target.write_bytes(gzip.decompress(packed.read_bytes()))
+        out.append(target)
+    return out
+
+
+def spread_pages(paths: list[Path], limit: int, min_words: int = REAL_MIN_WORDS) -> list[tuple[str, bytes, str]]:
+    """(label, one-page PDF, its text layer) for ``limit`` prose pages spread evenly over the
+    prose pages of ``paths`` (the same test of prose as :func:`real_pages`)."""
+    found: list[tuple[str, Any, int, str]] = []
+    for path in paths:
+        try:
+            doc = pymupdf.open(path, filetype="pdf")
+        except RuntimeError:
+            continue
+        for i, page in enumerate(doc):
+            text = page.get_text()
+            tokens = text.split()
+            if len(tokens) >= min_words and sum(any(c.isalpha() for c in t) for t in tokens) >= 0.8 * len(tokens):
+                found.append((path.name, doc, i, text))
+    if not found or limit <= 0:
+        return []
+    step = max(len(found) / limit, 1.0)
+    out = []
+    for k in range(min(limit, len(found))):
+        name, doc, i, text = found[int(k * step)]
+        one = pymupdf.open()
+        one.insert_pdf(doc, from_page=i, to_page=i)
+        out.append((f"{name} p{i + 1}", one.tobytes(), text))
+    return out
+
+
+def recall_precision(reference: str, hypothesis: str) -> tuple[float, float]:
+    """Bag-of-words recall (the reference's words read) and precision (the words read that are in
+    the reference), each word counted as often as it occurs; reading order does not count."""
+    ref, hyp = collections.Counter(reference.split()), collections.Counter(hypothesis.split())
+    matched = sum((ref & hyp).values())
+    return matched / max(sum(ref.values()), 1), matched / max(sum(hyp.values()), 1)
+
+
 def word_accuracy(reference: str, hypothesis: str) -> float:
     """1 - word error rate (edit distance over words / reference words)."""
     ref, hyp = reference.split(), hypothesis.split()
@@ -148,7 +220,97 @@ def timed(fn):  # type: ignore[no-untyped-def]
     return time.perf_counter() - start, value
 
 
-def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: int = 2, real_skip: int = 0) -> None:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compare(pages: list[tuple[str, bytes, str]], tesseract: str, env: dict[str, str], tmp: Path,
+            tag: str) -> list[dict[str, Any]]:
+    """Each page scanned at ``DPI``, read by mediafleet (the one-page scanned PDF) and by Tesseract
+    (its PNG), in turn page by page; wall and CPU seconds, word accuracy, recall and precision."""
+    rows = []
+    for k, (label, one_page, reference) in enumerate(pages):
+        scanned_one, (png,) = scans(one_page, None, tmp)
+        one = tmp / f"{tag}{k}.pdf"
+        one.write_bytes(scanned_one)
+        png = png.rename(tmp / f"{tag}{k}.png")
+        cpu = time.process_time()
+        dt, result = timed(lambda one=one: extract_pdf(one, PdfOptions(), LIMITS))
+        cpu_mf = time.process_time() - cpu
+        cpu = _children_cpu()
+        dt_tess, out = timed(lambda png=png: subprocess.run([tesseract, str(png), "-", "--dpi", str(DPI)],
+                                                             capture_output=True, text=True, env=env, check=True).stdout)
+        cpu_tess = _children_cpu() - cpu
+        text = result.pages[0].text
+        (mf_r, mf_p), (t_r, t_p) = recall_precision(reference, text), recall_precision(reference, out)
+        rows.append({"page": label, "words": len(reference.split()), "mediafleet_s": round(dt, 3),
+                     "tesseract_s": round(dt_tess, 3), "mediafleet_cpu_s": round(cpu_mf, 3),
+                     "tesseract_cpu_s": round(cpu_tess, 3),
+                     "mediafleet_word_accuracy": round(word_accuracy(reference, text), 4),
+                     "tesseract_word_accuracy": round(word_accuracy(reference, out), 4),
+                     "mediafleet_recall": round(mf_r, 4), "tesseract_recall": round(t_r, 4),
+                     "mediafleet_precision": round(mf_p, 4), "tesseract_precision": round(t_p, 4)})
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over ``rows``: seconds per page (wall, CPU), their ratios, mean accuracy figures."""
+    out: dict[str, Any] = {"pages": rows}
+    if not rows:
+        return out
+    for engine in ("mediafleet", "tesseract"):
+        out[f"{engine}_s_per_page"] = _mean([r[f"{engine}_s"] for r in rows], 3)
+        out[f"{engine}_cpu_s_per_page"] = _mean([r[f"{engine}_cpu_s"] for r in rows], 3)
+        for measure in ("word_accuracy", "recall", "precision"):
+            out[f"{engine}_{measure}"] = _mean([r[f"{engine}_{measure}"] for r in rows], 4)
+    out["wall_ratio"] = round(sum(r["mediafleet_s"] for r in rows) / sum(r["tesseract_s"] for r in rows), 3)
+    out["cpu_ratio"] = round(sum(r["mediafleet_cpu_s"] for r in rows) / max(sum(r["tesseract_cpu_s"] for r in rows), 1e-9), 3)
+    return out
+
+
+def where_the_time_goes(engine: Any, pdfs: list[Path]) -> dict[str, float]:
+    """Seconds per page in each step of mediafleet's OCR of the one-page PDFs ``pdfs`` (measured
+    apart from the timed runs): render, detector (with its pre- and post-processing), line crops,
+    the fast recogniser, the small one's re-reads, and the rest (spacing, quotes, order, PDF)."""
+    import mediafleet.workers.pdf.ocr_page as ocr_page
+
+    spent: dict[str, float] = collections.defaultdict(float)
+    saved = {}
+
+    def clocked(owner: Any, name: str, step: str) -> None:
+        inner = getattr(owner, name)
+        saved[(owner, name)] = inner
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[step] += time.perf_counter() - start
+        setattr(owner, name, run)
+
+    clocked(ocr_page, "page_pixels", "render")
+    clocked(engine, "detect", "detect")
+    clocked(engine, "crops", "crops")
+    clocked(engine, "read_fast", "fast recogniser")
+    clocked(engine, "read_again", "re-reads")
+    total = 0.0
+    try:
+        for path in pdfs:
+            total += timed(lambda path=path: extract_pdf(path, PdfOptions(), LIMITS))[0]
+    finally:
+        for (owner, name), inner in saved.items():
+            if owner is engine:
+                delattr(engine, name)
+            else:
+                setattr(owner, name, inner)
+    spent["rest"] = total - sum(spent.values())
+    return {step: round(v / max(len(pdfs), 1), 3) for step, v in spent.items()}
+
+
+def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: int = 2, real_skip: int = 0,
+         held_out: int = 8, held_out_paths: list[Path] | None = None) -> None:
     tesseract = ensure_tesseract()
     configure(EngineConfig(device=DeviceClass.CPU, threads=1))
     tmp = Path(tempfile.mkdtemp(prefix="mf-bench-ocr-"))
@@ -195,22 +357,17 @@ def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: in
         stages["spaces"] += timed(lambda reads=reads, crops=crops: [with_spaces(r, c) for r, c in zip(reads, crops)])[0]
     t_mf, t_tess, t_raw = sum(mf_t), sum(tess_t), sum(raw_t)
 
-    # Real scanned pages: the two engines in turn, page by page.
-    real_rows = []
-    for k, (label, one_page, reference) in enumerate(real_pages(real, real_per_pdf, unpack_to=tmp / "manuals", skip=real_skip)):
-        scanned_one, (png,) = scans(one_page, None, tmp)
-        one = tmp / f"real{k}.pdf"
-        one.write_bytes(scanned_one)
-        png = png.rename(tmp / f"real{k}.png")
-        dt, result = timed(lambda one=one: extract_pdf(one, PdfOptions(), LIMITS))
-        dt_tess, out = timed(lambda png=png: subprocess.run([tesseract, str(png), "-", "--dpi", str(DPI)],
-                                                             capture_output=True, text=True, env=env, check=True).stdout)
-        real_rows.append({"page": label, "words": len(reference.split()), "mediafleet_s": round(dt, 3),
-                          "tesseract_s": round(dt_tess, 3),
-                          "mediafleet_word_accuracy": round(word_accuracy(reference, result.pages[0].text), 4),
-                          "tesseract_word_accuracy": round(word_accuracy(reference, out), 4)})
+    # Real scanned pages, then held-out ones: the two engines in turn, page by page.
+    real_list = real_pages(real, real_per_pdf, unpack_to=tmp / "manuals", skip=real_skip)
+    real_rows = compare(real_list, tesseract, env, tmp, "real")
     if not real_rows:
         print(f"no real PDF with a page of {REAL_MIN_WORDS}+ words under {REAL_PDF_ROOT}: real pages not measured")
+    held_paths = held_out_paths if held_out_paths else held_out_pdfs(tmp / "held-out")
+    held_rows = compare(spread_pages(held_paths, held_out), tesseract, env, tmp, "held")
+    if not held_rows:
+        print(f"no held-out PDF ({HELD_OUT_PACKAGE} could not be fetched, none given): held-out pages not measured")
+    time_goes = where_the_time_goes(engine, [tmp / f"real{k}.pdf" for k in range(len(real_rows))]
+                                    + [tmp / f"held{k}.pdf" for k in range(len(held_rows))])
 
     # Mixed PDF: 10% scanned. auto (OCR only the scanned pages) vs always (OCR every page), and
     # the floor: OCR of just the scanned pages on their own.
@@ -249,13 +406,9 @@ def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: in
         "per_font_word_accuracy": {
             FONTS[i % len(FONTS)]: {"mediafleet": round(mf_acc[i], 4), "tesseract": round(tess_acc[i], 4),
                                     "rapidocr_as_shipped": round(raw_acc[i], 4)} for i in range(n)},
-        "real_pages": {
-            "pages": real_rows,
-            "mediafleet_s_per_page": _mean([r["mediafleet_s"] for r in real_rows], 3),
-            "tesseract_s_per_page": _mean([r["tesseract_s"] for r in real_rows], 3),
-            "mediafleet_word_accuracy": _mean([r["mediafleet_word_accuracy"] for r in real_rows], 4),
-            "tesseract_word_accuracy": _mean([r["tesseract_word_accuracy"] for r in real_rows], 4),
-        },
+        "real_pages": summary(real_rows),
+        "held_out_pages": {"source": [p.name for p in held_paths], **summary(held_rows)},
+        "mediafleet_real_and_held_out_s_per_page_by_step": time_goes,
         "mixed": {
             "pages": mixed_pages,
             "scanned_pages": len(which),
@@ -267,13 +420,27 @@ def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: in
         },
     }
     write_results("ocr", figures)
-    m, r = figures["mixed"], figures["real_pages"]
-    real_table = [] if not real_rows else [
-        (f"real scanned pages ({len(real_rows)}): s/page", f"{r['mediafleet_s_per_page']:.2f}",
-         f"tesseract {r['tesseract_s_per_page']:.2f}", f"{r['mediafleet_s_per_page'] / r['tesseract_s_per_page']:.2f}x"),
-        ("real scanned pages: word accuracy", f"{r['mediafleet_word_accuracy']:.3f}",
-         f"tesseract {r['tesseract_word_accuracy']:.3f}", ""),
-    ]
+    m = figures["mixed"]
+
+    def rows_for(name: str, got: dict[str, Any]) -> list[tuple[str, ...]]:
+        if "wall_ratio" not in got:
+            return []
+        n_pages = len(got["pages"])
+        return [
+            (f"{name} ({n_pages}): s/page wall", f"{got['mediafleet_s_per_page']:.2f}",
+             f"tesseract {got['tesseract_s_per_page']:.2f}", f"{got['wall_ratio']:.2f}x"),
+            (f"{name}: CPU s/page", f"{got['mediafleet_cpu_s_per_page']:.2f}",
+             f"tesseract {got['tesseract_cpu_s_per_page']:.2f}", f"{got['cpu_ratio']:.2f}x"),
+            (f"{name}: recall / precision", f"{got['mediafleet_recall']:.3f} / {got['mediafleet_precision']:.3f}",
+             f"tesseract {got['tesseract_recall']:.3f} / {got['tesseract_precision']:.3f}", ""),
+            (f"{name}: word accuracy", f"{got['mediafleet_word_accuracy']:.3f}",
+             f"tesseract {got['tesseract_word_accuracy']:.3f}", ""),
+        ]
+
+    real_table = [*rows_for("real scanned pages", figures["real_pages"]),
+                  *rows_for("held-out pages", figures["held_out_pages"]),
+                  *[(f"  mediafleet {k} (real + held-out): s/page", f"{v:.2f}", "",
+                     f"{v / max(sum(time_goes.values()), 1e-9):.0%}") for k, v in time_goes.items()]]
     print(table([
         ("measure", "mediafleet", "alternative", "ratio"),
         ("s per scanned page (1 thread)", f"{t_mf / n:.2f}", f"tesseract {t_tess / n:.2f}", f"{t_mf / t_tess:.2f}x"),
@@ -288,7 +455,8 @@ def main(pages: int = 3, mixed_pages: int = 10, real: int = 14, real_per_pdf: in
         ("mixed auto / OCR of scanned pages only", f"{t_auto:.2f} s", f"{t_only:.2f} s",
          f"{m['auto_over_scanned_only']:.2f}x"),
     ]))
-    print(json.dumps({k: v for k, v in figures.items() if k not in ("per_font_word_accuracy", "real_pages")}))
+    print(json.dumps({k: v for k, v in figures.items()
+                      if k not in ("per_font_word_accuracy", "real_pages", "held_out_pages")}))
 
 
 def _mean(values: list[float], digits: int) -> float | None:
@@ -304,5 +472,10 @@ def _subset(pdf: bytes, which: set[int]) -> bytes:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:6]]
-    main(*args)
+    argv = sys.argv[1:]
+    given: list[Path] | None = None
+    if "--held-out" in argv:
+        at = argv.index("--held-out")
+        given = [Path(a) for a in argv[at + 1:]]
+        argv = argv[:at]
+    main(*[int(a) for a in argv[:6]], held_out_paths=given)

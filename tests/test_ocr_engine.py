@@ -117,8 +117,8 @@ def test_only_the_unsure_words_of_a_line_are_read_again(monkeypatch) -> None:
     real_read_cut = engine._read_cut
     monkeypatch.setattr(engine, "_read_cut", lambda cut, x0: cuts_read.append((x0, cut.shape[1])) or real_read_cut(cut, x0))
     monkeypatch.setattr(ocr_engine, "FALLBACK", 1.01)
-    # one unsure letter, at the start of "evidence": only that word is read again
-    probs = [0.5 if i == fast.text.index("evidence") else 1.0 for i in range(len(fast.chars))]
+    # one unsure letter, the "i" of "evidence" (a look-alike of "l"): only that word is read again
+    probs = [0.5 if i == fast.text.index("evidence") + 2 else 1.0 for i in range(len(fast.chars))]
     monkeypatch.setattr(engine, "_read", lambda *a: [Decoded(chars=fast.chars, probs=probs, spans=fast.spans)])
     monkeypatch.setattr(reread, "UNSURE_CHAR", 0.9)
     (read,) = engine.recognise([crop])
@@ -131,8 +131,8 @@ def test_only_the_unsure_words_of_a_line_are_read_again(monkeypatch) -> None:
 def test_unsure_parts_run_from_word_gap_to_word_gap() -> None:
     from mediafleet.workers.ocr.reread import cuts, unsure_parts
 
-    # "ab cd ef": each letter 10 px, words 30 px apart; "cd" holds an unsure letter
-    chars = list("ab cd ef")
+    # "Ab ci eF": each letter 10 px, words 30 px apart; "ci" holds an unsure letter
+    chars = list("Ab ci eF")
     spans = [(0, 10), (10, 20), (35, 35), (50, 60), (60, 70), (85, 85), (100, 110), (110, 120)]
     probs = [1.0, 1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0]
     line = Decoded(chars=chars, probs=probs, spans=spans)
@@ -145,6 +145,28 @@ def test_unsure_parts_run_from_word_gap_to_word_gap() -> None:
     parts = [(0.0, 35.0), (200.0, 240.0)]
     assert cuts(parts, 1000, 20) == [(0, 45, [parts[0]]), (190, 250, [parts[1]])]
     assert cuts(parts, 1000, 100) == [(0, 290, parts)]  # 65 columns apart: under a line height
+
+
+def test_a_plain_word_unsure_of_a_letter_without_a_look_alike_is_not_read_again() -> None:
+    from mediafleet.workers.ocr.reread import unsure_parts
+
+    def parts(word: str, unsure: int) -> list[tuple[float, float]]:
+        # "the <word> end", each character 10 px, words 30 px apart; one unsure character in <word>
+        chars = list(f"the {word} end")
+        spans, x = [], 0.0
+        for c in chars:
+            spans.append((x, x) if c == " " else (x, x + 10))
+            x += 15 if c == " " else 10
+        probs = [0.5 if i == 4 + unsure else 1.0 for i in range(len(chars))]
+        return unsure_parts(Decoded(chars=chars, probs=probs, spans=spans), int(x))
+
+    assert parts("header", 1) == []  # "e": no other character looks like it
+    assert parts("header,", 6) == []  # the closing comma of a plain word
+    assert parts("field", 1) != []  # "i" passes for "l" and "1"
+    assert parts("version", 0) != []  # "v" is "V" but for its size
+    assert parts("Header", 1) != []  # a capital: names and sentence starts are read again
+    assert parts("heade0", 1) != []  # a digit in the word
+    assert parts("head()", 1) != []  # a symbol in the word
 
 
 def test_a_reread_part_replaces_the_fast_reading_there() -> None:

@@ -13,6 +13,7 @@ import pytest
 from mediafleet.contract import ErrorCode, LimitExceeded, Limits, PdfOptions, TextBox
 from mediafleet.workers.pdf.classify import ocr_reason
 from mediafleet.workers.pdf.mupdf import pymupdf
+from mediafleet.workers.pdf.spec import SPEC as PDF_SPEC
 from mediafleet.workers.pdf.textlayer import extract_pdf
 
 from mediafleet import Dispatcher, Settings
@@ -93,7 +94,7 @@ def test_ocr_lines_lie_inside_the_page_in_points(mixed_result) -> None:
 
 def test_provenance_names_the_ocr_models(mixed_result) -> None:
     producer = mixed_result.producer
-    assert producer.extractor_version == "9"
+    assert producer.extractor_version == PDF_SPEC.extractor_version  # the shipped manifest's
     # The OCR engine's threads change its numbers: named, so they are part of the loci's derivation.
     assert producer.options == {"ocr": "auto", "dpi": 200, "rotated_lines": False, "ocr_threads": 1}
     names = [m.name for m in producer.models]

@@ -1,7 +1,7 @@
 """The RapidOCR engine: built once per process, lazily, on the process's threads and device.
 
 Nothing loads at import: the first OCR job in a process builds the detector, the line-orientation
-classifier and the recogniser (about a second), after the worker's fork, with onnxruntime's
+classifier and the recognisers (about a second), after the worker's fork, with onnxruntime's
 intra-op threads capped to :func:`mediafleet.workers.engines.engine_config` ``threads`` (onnxruntime ignores
 ``OMP_NUM_THREADS``). On the GPU device class every session must run on onnxruntime's CUDA
 provider; RapidOCR itself would fall back to CPU with a log line, so the engine checks the
@@ -9,29 +9,22 @@ sessions it got and refuses instead.
 
 The engine makes its own onnxruntime sessions and hands them to RapidOCR's pre- and
 post-processing: RapidOCR builds its sessions with the CPU memory arena off, which makes every
-new input shape up to four times slower to run, and every batch of text lines has a shape of its
-own (measured here: 8-10 s instead of 2.3-3 s for a batch of eight lines at one thread).
+new input shape several times slower to run, and every text line has a shape of its own.
 
 Models: RapidOCR's PP-OCRv4 detector and orientation classifier (in the ``rapidocr-onnxruntime``
 wheel), and two PP-OCRv6 recognisers (PaddleOCR's weights, Apache-2.0). The tiny one, which the
 MIT-licensed ``faster-paddle`` 1.0.4 wheel carries inside its extension library, reads every line
-(about a fifth of the small one's time per column); a line it reads with a mean character
-probability under ``FALLBACK`` (about a quarter of the columns on the benchmark's pages) has its
-unsure words read again by the small one from RapidOCR's own ``rapidocr`` 3.10 wheel, and that
-reading of them is kept (:mod:`mediafleet.workers.ocr.reread`). The
-tiny one's dictionary holds Chinese as well as Latin characters, and its last layer is kept whole:
-cut to the 572 Latin classes it took a third less time (identical text on the benchmark's 237
-lines) but read a line of Chinese as "Jt" at probability 0.977, which no confidence test would
-send to the small one. The tiny model is found in
+(about a fifth of the small one's time per input column); a line it reads with a mean character
+probability under ``FALLBACK`` has its unsure words read again by the small one from RapidOCR's
+own ``rapidocr`` 3.10 wheel, and that reading of them is kept (:mod:`mediafleet.workers.ocr.reread`).
+The tiny one's dictionary holds Chinese as well as Latin characters, and its last layer is kept
+whole: cut to its Latin classes it is faster but reads a line of Chinese as Latin letters with a
+high probability, which no confidence test would send to the small one. The tiny model is found in
 that library by its pinned size and sha256 and its 6,904-character dictionary (a JSON list there)
 by its digest; nothing is imported from faster-paddle, written or downloaded. The small one is
 decoded with the dictionary it carries in its metadata (18,708 characters; blank first and space
-last, as PaddleOCR trains it). Measured at one thread on the benchmark's pages (same load,
-interleaved): 0.54x the time of the small recogniser alone on generated pages, 0.52x on real
-ones, at word accuracy 0.993 against 0.998 and 0.924 against 0.927. Tried and not kept: the
-PP-OCRv6 small detector (about 2.5 times the PP-OCRv4 one's time for no better lines) and the tiny
-one (2.3 times faster, but real pages 0.917 against 0.924). There is no fallback to other models:
-without the wheels the engine is unavailable.
+last, as PaddleOCR trains it). There is no fallback to other models: without the wheels the engine
+is unavailable. Where the time goes, what was tried and what each choice measured: ``docs/ocr.md``.
 """
 
 from __future__ import annotations
@@ -78,13 +71,11 @@ _FAST_DICT_HEAD = b'["!", "\\"", "#"'
 FALLBACK = 0.975
 # The probability of the space put at each edge of a re-read part: a word gap the spacing step
 # found on the line image, not a recogniser's guess, so the spacing step's second pass keeps it
-# unless the gap is under DROP_GAP (at 0.5-0.8, as for an unsure space, it lost word gaps:
-# "willmatch"; generated pages 0.990 against 0.995).
+# unless the gap is under DROP_GAP (an unsure space's probability lost word gaps: "willmatch").
 EDGE = 1.0
 # A recogniser batch: lines of similar width (sorted), so little of each batch is padding. One
-# line at a time is the fastest on CPU: the cost is per input column (about 60-80 us at one thread,
-# a little more on wider inputs), and a batch of four 800-column lines costs what four single
-# calls do, plus the padding of the narrower ones.
+# line at a time is the fastest on CPU: the cost is per input column, and a batch costs what its
+# lines cost one by one, plus the padding of the narrower ones.
 _REC_BATCH = 1
 # The detector scales an image up until its shorter side is 736 px; a strip of 5 x 3000 px would
 # become 736 x 441,600. Images longer than this many times their width (or the reverse) are padded
@@ -173,6 +164,7 @@ class OcrEngine:
             raise Unavailable("the OCR models did not start on the GPU; this worker will not run them on CPU")
         self._digests: dict[str, str] = {"fast": f"sha256:{_FAST_SHA256}"}  # checked as it was read
         self._det_lut: np.ndarray | None = None  # uint8 -> the detector's input, per channel
+        self._rec_lut: np.ndarray | None = None  # uint8 -> the recognisers' input
 
     def models(self, *, with_classifier: bool = False) -> list[ModelRef]:
         """The model files this engine runs, each pinned by the sha256 of its bytes (the small
@@ -230,8 +222,9 @@ class OcrEngine:
 
     def _detect(self, image: np.ndarray) -> np.ndarray | None:
         """RapidOCR's detection of ``image`` (its resize, model, post-processing and filter), with
-        its normalisation done by a lookup table of the same float32 values: RapidOCR computes it
-        in float64 over the whole resized page (about 70 ms of a page's 400 ms of detection)."""
+        its normalisation done by a lookup table of the same float32 values, channel by channel
+        into the model's layout: RapidOCR computes it in float64 over the whole resized page and
+        then transposes it."""
         import cv2
 
         det = self._det
@@ -241,9 +234,12 @@ class OcrEngine:
             return None
         if self._det_lut is None:
             values = np.arange(256, dtype=np.uint8).reshape(256, 1, 1).repeat(3, axis=2)
-            self._det_lut = pre.normalize(values).astype(np.float32).reshape(1, 256, 3)
-        normalised = cv2.LUT(resized, self._det_lut)
-        preds = det.infer(np.ascontiguousarray(normalised.transpose(2, 0, 1))[None])[0]
+            self._det_lut = pre.normalize(values).astype(np.float32).reshape(256, 3).T.copy()
+        # Each channel's plane looked up straight into its place in the model's (1, 3, H, W) input.
+        normalised = np.empty((1, resized.shape[2], *resized.shape[:2]), dtype=np.float32)
+        for c, plane in enumerate(cv2.split(resized)):
+            normalised[0, c] = cv2.LUT(plane, self._det_lut[c])
+        preds = det.infer(normalised)[0]
         boxes, _ = det.postprocess_op(preds, image.shape[:2])
         return det.filter_tag_det_res(boxes, image.shape[:2])
 
@@ -259,32 +255,35 @@ class OcrEngine:
     def recognise(self, crops: list[np.ndarray]) -> list[Decoded]:
         """Each line's characters, confidences and positions (in the crop's pixels).
 
-        The fast recogniser reads every line; in a line it reads with a mean character probability
-        under ``FALLBACK``, the words it is unsure of are read again by the small one and its
-        reading of them is kept (:mod:`mediafleet.workers.ocr.reread`); a line it read nothing of
-        is read again whole.
+        The fast recogniser reads every line (:meth:`read_fast`); a line it reads with a mean
+        character probability under ``FALLBACK`` has its unsure words read again by the small one
+        (:meth:`read_again`).
         """
-        out = self._read(self._fast, self._fast_charset, crops, range(len(crops)))
-        whole = []
-        for i, d in enumerate(out):
-            if d.confidence >= FALLBACK:
-                continue
-            crop = crops[i]
-            height, width = crop.shape[:2]
-            if not d.chars:
-                whole.append(i)
-                continue
-            parts = unsure_parts(with_spaces(d, crop), width)
-            if not parts:  # unsure only of its spaces, or a little of every word: it stands
-                continue
-            readings = []
-            for x0, x1, within in cuts(parts, width, height):
-                read = self._read_cut(crop[:, x0:x1], x0)
-                readings.extend((part, read) for part in within)
-            out[i] = splice(d, readings, EDGE)
-        for i, d in zip(whole, self._read(self._rec.session.session, self._charset, crops, whole)):
-            out[i] = d
+        out = self.read_fast(crops)
+        for i, read in enumerate(out):
+            if read.confidence < FALLBACK:
+                out[i] = self.read_again(crops[i], read)
         return out
+
+    def read_fast(self, crops: list[np.ndarray]) -> list[Decoded]:
+        """The fast recogniser's reading of every crop."""
+        return self._read(self._fast, self._fast_charset, crops, range(len(crops)))
+
+    def read_again(self, crop: np.ndarray, fast: Decoded) -> Decoded:
+        """``fast``, the fast recogniser's reading of ``crop``, with the words it is unsure of read
+        again by the small one and that reading of them kept (:mod:`mediafleet.workers.ocr.reread`);
+        a line it read nothing of is read again whole."""
+        if not fast.chars:
+            return self._read(self._rec.session.session, self._charset, [crop], [0])[0]
+        height, width = crop.shape[:2]
+        parts = unsure_parts(with_spaces(fast, crop), width)
+        if not parts:  # sure of every word but its spaces, or unsure only of plain words: it stands
+            return fast
+        readings = []
+        for x0, x1, within in cuts(parts, width, height):
+            read = self._read_cut(crop[:, x0:x1], x0)
+            readings.extend((part, read) for part in within)
+        return splice(fast, readings, EDGE)
 
     def _read_cut(self, cut: np.ndarray, x0: int) -> Decoded:
         """The small recogniser's reading of ``cut``, part of a line from column ``x0``, with its
@@ -293,12 +292,34 @@ class OcrEngine:
         _, height, _ = self._rec.rec_image_shape
         h, w = cut.shape[:2]
         used = max(1, math.ceil(height * w / max(h, 1)))
-        batch = self._rec.resize_norm_img(cut, used / height)[None].astype(np.float32)
+        batch = self._input([cut], used / height)
         session = self._rec.session.session
         preds = session.run(None, {session.get_inputs()[0].name: batch})[0]
         padded = batch.shape[3]
         read = decode(preds[0], self._charset, crop_width=w, input_width=padded, used_width=min(padded, used))
         return Decoded(chars=read.chars, probs=read.probs, spans=[(a + x0, b + x0) for a, b in read.spans])
+
+    def _input(self, crops: list[np.ndarray], max_ratio: float) -> np.ndarray:
+        """The recognisers' input for ``crops``: RapidOCR's ``resize_norm_img`` of each (48 pixels
+        high, its own width up to ``48 * max_ratio``, zero-padded there), with the same float32
+        values, normalised by a lookup table and written in place (no float64 pass, no stacking
+        and converting copies)."""
+        import cv2
+
+        channels, height, _ = self._rec.rec_image_shape
+        if self._rec_lut is None:
+            values = np.arange(256, dtype=np.uint8).astype(np.float32) / 255  # as resize_norm_img, value by value
+            values -= 0.5
+            values /= 0.5
+            self._rec_lut = values.reshape(1, 256)
+        width = int(height * max_ratio)
+        batch = np.zeros((len(crops), channels, height, width), dtype=np.float32)
+        for j, crop in enumerate(crops):
+            h, w = crop.shape[:2]
+            resized_w = min(math.ceil(height * (w / float(h))), width)
+            resized = cv2.resize(crop, (resized_w, height))
+            batch[j, :, :, :resized_w] = cv2.LUT(resized, self._rec_lut).transpose(2, 0, 1)
+        return batch
 
     def _read(self, session: Any, charset: list[str], crops: list[np.ndarray], which: Any) -> list[Decoded]:
         """``session``'s readings of the crops numbered ``which``, in that order."""
@@ -311,7 +332,7 @@ class OcrEngine:
         for start in range(0, len(which), _REC_BATCH):
             idx = order[start:start + _REC_BATCH]
             max_ratio = max(width / height, *(ratios[k] for k in idx))
-            batch = np.stack([self._rec.resize_norm_img(crops[which[k]], max_ratio) for k in idx]).astype(np.float32)
+            batch = self._input([crops[which[k]] for k in idx], max_ratio)
             preds = session.run(None, {name: batch})[0]
             padded = batch.shape[3]
             for j, k in enumerate(idx):

@@ -25,10 +25,8 @@ three things that only the OCR path needs:
 The price: a column of marginal notes narrower than ``MIN_COLUMN`` of the text beside it is read
 row by row with that text.
 
-Measured on the 56 real scanned pages of ``benchmarks/bench_ocr.py 3 10 56 8``: word accuracy
-0.913 with cores alone, 0.920 with rows of cells, 0.923 with narrow columns too; on 54 pages not
-used to set the rules (``bench_ocr.py 1 10 100 12 8``) 0.927 before, 0.928 after. The boxes in the
-result are the detected ones, whole.
+The boxes in the result are the detected ones, whole. What each rule changed on the benchmark's
+real pages is in ``docs/ocr.md``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Quotes told apart by their shape: straight ``'``, or curly ``’`` and ``‘``; and the double ones alike.
 
-The recognisers read most quote marks as the ASCII apostrophe, whichever glyph the page shows: on
-16 real scanned pages (Debian manuals set in TeX and Nimbus fonts, whose text layers hold 84
-curly single quotes and no straight one) 57 of the 77 marks read came back as ``'``, each one a
-wrong word ("it's" for "it’s"). The line image tells them apart. A straight quote is a short
+The recognisers read most quote marks as the ASCII apostrophe, whichever glyph the page shows
+(on real scanned pages set in TeX and Nimbus fonts, most curly quotes came back as ``'``, each one a
+wrong word: "it's" for "it’s"). The line image tells them apart. A straight quote is a short
 vertical wedge or bar: every row of it is centred on the same column. A curly one is a comma
 raised to cap height: a round head over a thin tail that swings sideways, so the centres of its
 rows wander; its ink gathers at the top for a closing quote or apostrophe (``’``), at the bottom
@@ -21,17 +20,11 @@ found, the recogniser's reading stands.
 
 A double quote the recogniser read (``"``, ``“`` or ``”``) is two such marks side by side; the one
 nearest its columns is measured the same way, and the double form of the single one it shows is
-set (``"``, ``”`` or ``“``). On 110 real scanned pages of the Debian manuals (``bench_ocr``'s 56 and
-54 further ones), whose text layers hold 454 straight, 46 opening and 48 closing double quotes, the
-recogniser's readings were 509, 34 and 6; by shape they are 454, 43 and 52. Nimbus Mono's opening
-double quote still comes out closing (it came out straight before).
+set (``"``, ``”`` or ``“``). Nimbus Mono's opening double quote still comes out closing.
 
-Measured at 200 dpi: the straight quotes of the generated benchmark pages (Nimbus Sans, Roman and
-Mono: PDF's Helvetica, Times and Courier) wander by 0.00-0.08 of their height; the curly ones of
-the 16 real pages (Computer Modern, Nimbus Roman and Mono) by 0.16-0.32, the closing ones with
-0.53-0.77 of their ink in the upper half, the opening ones 0.16-0.23. On the real pages 74 of 75
-marks found came out curly; of the generated pages' 73, 72 came out straight by their shape
-and one, between the bounds, kept the recogniser's straight reading.
+The bounds were set on the straight quotes of generated pages (Helvetica, Times and Courier) and
+the curly ones of real pages (Computer Modern, Nimbus Roman and Mono) at 200 dpi; how far each
+kind wandered and what the rule changed are in ``docs/ocr.md``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,26 @@
 """Which part of a line to read again with the small recogniser, and how its reading goes back in.
 
 The fast recogniser's reading of a line it is unsure of (:data:`mediafleet.workers.ocr.engine.FALLBACK`)
-is mostly right: on the benchmark's pages a fifth (generated) to a third (real) of its words in
-such a line hold a character read with a probability under ``UNSURE_CHAR``, and only those are
-read again. A word is a run of characters between spaces once the spacing step
-(:mod:`mediafleet.workers.ocr.spacing`) has put back the ones the fast recogniser dropped; an
-unsure word (or a run of them) owns the line from the middle of the gap before it to the middle of
-the gap after it (the line's ends for the first and the last), and the small recogniser reads that
-part with ``CONTEXT`` line heights of the line on each side (it reads a word cut at its ink worse).
-Parts whose widened cuts come closer than ``MERGE`` line heights are read in one cut (a line
-unsure throughout is one cut: the whole line). Of each reading only the characters whose middle
-falls inside the part they were read for are kept; they replace the fast reading's characters
-there, with a space on each side that borders the rest of the line.
+is mostly right, so only its unsure words are read again: those holding a character read with a
+probability under ``UNSURE_CHAR``. A word is a run of characters between spaces once the spacing
+step (:mod:`mediafleet.workers.ocr.spacing`) has put back the ones the fast recogniser dropped.
 
-Measured at one thread on the benchmark's 6 generated pages and 16 real ones (Debian manuals),
-recognition only, interleaved, load 1-1.8: 0.60x (generated) and 0.66x (real) of the CPU time of
-re-reading the whole line, at word accuracy 0.995 against 0.992 and 0.9232 against 0.9224. Tried:
-an unsure character under 0.95 (real 0.9245, but 8% more recognition time on the benchmark's four
-real pages) or 0.97 (0.9238); 0.3 or 0.4 line heights of context (real 0.9226 / 0.9234, 3-5% less
-time), 0.7 (generated 0.994); a line whose cuts cover over 0.6 or 0.8 of it read whole, padded like
-a whole line (no better, no faster); re-reading the unsure words of every line with a character
-under 0.5-0.9 instead of choosing lines by their mean probability (no better for the time).
+A word of small Latin letters (a closing ``,.;:`` allowed) whose unsure letters all have no
+look-alike (none of ``LOOK_ALIKE``: ``i`` and ``l``, which pass for each other and for ``1`` and
+``I``, and the letters whose capital differs only in size) is kept as read: the small recogniser
+read every such word the same on the pages the rule was set on, so reading it costs time and
+cannot change the answer. A digit, a capital, a symbol or a look-alike letter among the unsure
+ones sends the word to be read again (``O;`` for ``0;``, ``familyiang`` for ``familylang``).
+
+An unsure word (or a run of them) owns the line from the middle of the gap before it to the middle
+of the gap after it (the line's ends for the first and the last), and the small recogniser reads
+that part with ``CONTEXT`` line heights of the line on each side (it reads a word cut at its ink
+worse). Parts whose widened cuts come closer than ``MERGE`` line heights are read in one cut (a
+line unsure throughout is one cut: the whole line). Of each reading only the characters whose
+middle falls inside the part they were read for are kept; they replace the fast reading's
+characters there, with a space on each side that borders the rest of the line.
+
+What each setting was measured to cost and give is in ``docs/ocr.md``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,15 @@ import math
 
 from mediafleet.workers.ocr.ctc import Decoded
 
-__all__ = ["CONTEXT", "MERGE", "UNSURE_CHAR", "Part", "cuts", "splice", "unsure_parts"]
+__all__ = ["CONTEXT", "LOOK_ALIKE", "MERGE", "UNSURE_CHAR", "Part", "cuts", "splice", "unsure_parts"]
 
 UNSURE_CHAR = 0.9
 CONTEXT = 0.5
 MERGE = 1.0
+# Small letters an unsure reading may have confused with another character: i and l (with each
+# other, 1 and I), and those whose capital has the same shape (the case is the doubt).
+LOOK_ALIKE = frozenset("ilcosuvwxz")
+_PLAIN_END = frozenset(",.;:")
 
 Part = tuple[float, float]  # (x0, x1) in the crop's pixels
 
@@ -54,6 +58,18 @@ def _words(line: Decoded) -> list[tuple[int, int]]:
     return out
 
 
+def _unsure(spaced: Decoded, first: int, last: int) -> bool:
+    """Whether the word ``chars[first..last]`` is to be read again (see the module's docstring)."""
+    doubts = [i for i in range(first, last + 1) if spaced.probs[i] < UNSURE_CHAR]
+    if not doubts:
+        return False
+    chars = spaced.chars[first:last + 1]
+    if chars[-1] in _PLAIN_END:
+        chars = chars[:-1]
+    plain = bool(chars) and all("a" <= c <= "z" for c in chars)
+    return not plain or any(spaced.chars[i] in LOOK_ALIKE for i in doubts)
+
+
 def unsure_parts(spaced: Decoded, width: int) -> list[Part]:
     """The parts of a line (``width`` pixels wide) that hold its unsure words, left to right.
 
@@ -63,7 +79,7 @@ def unsure_parts(spaced: Decoded, width: int) -> list[Part]:
     """
     words = _words(spaced)
     extent = [(spaced.spans[a][0], spaced.spans[b][1]) for a, b in words]
-    unsure = [min(spaced.probs[a:b + 1]) < UNSURE_CHAR for a, b in words]
+    unsure = [_unsure(spaced, a, b) for a, b in words]
     parts: list[Part] = []
     k = 0
     while k < len(words):

@@ -5,10 +5,9 @@ now less so) read some English words with no space between them. The line image 
 gap: between two characters the recogniser read side by side (:mod:`mediafleet.workers.ocr.ctc`
 gives where), the widest run of ink-free columns is measured against the line's x-height. A word
 gap is about 0.25-0.35 em, a gap between letters well under 0.1 em, and the x-height about half an
-em, so a clear run of at least ``WORD_GAP`` x-heights (0.3 em) is a space. (At 0.5, the gaps
-around narrow glyphs in the wide cells of monospaced code, "html. xml", became spaces the PP-OCRv6
-recogniser had rightly not read: word accuracy 0.917 against 0.926 on real scanned pages, 0.997
-against 0.998 on generated ones.) Where the recogniser did emit spaces on the line, a new one must
+em, so a clear run of at least ``WORD_GAP`` x-heights (0.3 em) is a space (a lower bound made spaces
+of the gaps around narrow glyphs in the wide cells of monospaced code, "html. xml", which the
+recogniser had rightly not read). Where the recogniser did emit spaces on the line, a new one must
 also be at least ``KEEP_WITH_OWN`` of the narrowest gap it used, so the wide letter cells of
 monospaced fonts are not split into words. No space is put before closing punctuation or after
 opening punctuation (the gap after a "1" or an "r" before a colon is often wide, and English never
@@ -17,10 +16,9 @@ spaces there). The other way round, a space the recogniser read where the line i
 the PP-OCRv5 recogniser read a space after the "fi" ligature ("fi le", "identifi er") in typeset
 text. A space the recogniser read with a probability under ``UNSURE`` is also taken out when its
 gap is under ``NARROW_OWN`` of the line's usual (median) recogniser-set gap: the PP-OCRv6 tiny
-recogniser splits monospaced words at the wide cell around a narrow letter ("gl obs", "package s";
-real scanned pages 0.917 against 0.908 with the tiny recogniser alone, the generated ones
-unchanged with the small one; without the probability test, true narrow gaps such as "import json"
-in Courier were lost too: generated pages 0.980 against 0.998). A full stop with a space on each
+recogniser splits monospaced words at the wide cell around a narrow letter ("gl obs", "package s");
+without the probability test, true narrow gaps such as "import json" in Courier were lost too. The
+figures behind these bounds are in ``docs/ocr.md``. A full stop with a space on each
 side, after a letter or digit and before a small letter or digit ("magic . mime", a monospaced
 file name set in a line of proportional text, whose usual gap its wide cells match), is joined to
 both.

@@ -19,8 +19,8 @@ from mediafleet.workers.pdf.render import page_pixels
 
 __all__ = ["DETECT_DPI", "ocr_page"]
 
-# Text lines are found on the page as if rendered at this resolution (then read at ``dpi``):
-# 10 pt text stays well detectable, and detection costs a quarter of what it does at 200 dpi.
+# Text lines are found on the page as if rendered at this resolution (then read at ``dpi``): 10 pt
+# text stays well detectable, at a fraction of the detector's time at 200 dpi (docs/ocr.md).
 DETECT_DPI = 110
 
 
