@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mediafleet.fleet.store import queue_lists
+from mediafleet.fleet.keys import queue_lists
 from tests.conftest import ROOT, free_port
 from tests.helpers import can_compile
 

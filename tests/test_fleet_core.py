@@ -13,7 +13,8 @@ from mediafleet.workers.runtime.config import create_app
 from mediafleet import LocalBlobStore, Settings
 from mediafleet import dispatch as dispatch_module
 from mediafleet.fleet.presence import Announcer
-from mediafleet.fleet.store import JobStore, finished_channel
+from mediafleet.fleet.keys import finished_channel
+from mediafleet.fleet.store import JobStore
 from tests.test_middleware import pdf_request
 
 
@@ -405,7 +406,7 @@ def test_the_claim_pushes_the_message_of_the_class_it_routes_to_in_the_same_step
     import redis
     from mediafleet.workers.runtime.message import extract_message, send_extract
 
-    from mediafleet.fleet.store import queue_lists
+    from mediafleet.fleet.keys import queue_lists
 
     url = f"redis://127.0.0.1:{redis_server.port}/15"
     client = redis.Redis.from_url(url)
@@ -563,7 +564,7 @@ def test_a_finished_notice_carries_the_outcome_checked_as_the_record_would_be(jo
     from mediafleet.contract.errors import ErrorCode, PublicError
     from mediafleet.contract.jobs import Outcome
 
-    from mediafleet.fleet.store import OutcomeSigner
+    from mediafleet.fleet.signing import OutcomeSigner
     from tests.certs import signing_env
 
     env = signing_env(tmp_path)

@@ -17,7 +17,7 @@ import redis
 
 from mediafleet.contract import ErrorCode, JobState, default_manifest
 from mediafleet import Dispatcher, Settings
-from mediafleet.fleet.store import MAX_DELIVERIES
+from mediafleet.fleet.deliveries import MAX_DELIVERIES
 from tests.helpers import wait_for, without_run
 from tests.media import marked_pdf, text_pdf
 from mediafleet.workers.runtime.config import create_app
@@ -94,7 +94,7 @@ def test_a_redis_that_may_evict_the_fleets_keys_is_named_by_the_worker_and_by_st
 
 def test_a_redis_user_without_info_still_gets_a_status(fleet_env, tmp_path: Path) -> None:
     """The policy is read with ``INFO``; an ACL user refused it gets the status without the check."""
-    from mediafleet.fleet.store import eviction_warning
+    from mediafleet.fleet.redis_client import eviction_warning
 
     admin = redis.Redis.from_url(fleet_env["MEDIAFLEET_BROKER_URL"])
     admin.acl_setuser("mf-noinfo", enabled=True, passwords=["+mf-noinfo-secret"], keys=["*"], channels=["*"],

@@ -28,7 +28,9 @@ from mediafleet.workers.runtime.middleware.progress import ProgressReporting, Pr
 from mediafleet.workers.spec import ProgressFn
 
 from mediafleet.blobs.local import LocalBlobStore
-from mediafleet.fleet.store import MAX_DELIVERIES, JobStore, finished_channel
+from mediafleet.fleet.deliveries import MAX_DELIVERIES
+from mediafleet.fleet.keys import finished_channel
+from mediafleet.fleet.store import JobStore
 from mediafleet.settings import Settings
 from tests.conftest import free_port
 from tests.media import text_pdf

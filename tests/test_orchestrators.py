@@ -111,7 +111,7 @@ def test_a_broker_too_full_to_write_is_the_same_public_error_saying_so() -> None
     from redis.exceptions import OutOfMemoryError
 
     from mediafleet.contract import FleetUnreachable
-    from mediafleet.fleet.unreachable import translated
+    from mediafleet.fleet.redis_client import translated
 
     with pytest.raises(FleetUnreachable) as raised, translated():
         raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")

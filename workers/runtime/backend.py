@@ -14,7 +14,7 @@ from mediafleet.workers.runtime.names import IN_RECORD, PUBLISHED
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisFull
 
-from mediafleet.fleet.store import task_result_writer
+from mediafleet.fleet.deliveries import task_result_writer
 
 __all__ = ["BACKENDS", "FleetRedisBackend", "FleetSentinelBackend", "publish_progress"]
 

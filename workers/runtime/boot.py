@@ -35,7 +35,8 @@ from mediafleet.workers.runtime import retirement
 from mediafleet.workers.runtime.retirement import stop_worker
 
 from mediafleet.fleet.presence import HEARTBEAT_S, TTL_S, Announcer
-from mediafleet.fleet.store import JobStore, eviction_warning
+from mediafleet.fleet.redis_client import eviction_warning
+from mediafleet.fleet.store import JobStore
 from mediafleet.settings import Settings
 
 __all__ = ["BootRefused", "Steadiness", "WorkerOptions", "WorkerRetired", "boot_worker", "held_jobs", "recover_lost",
@@ -161,8 +162,8 @@ def worker_lifecycle(app: Celery, settings: Settings, manifest: Manifest) -> Ite
 
 def _warn_of_eviction(jobs: JobStore) -> None:
     """Say at start-up, in the worker's log, when the fleet's Redis may evict its keys
-    (:func:`~mediafleet.fleet.store.eviction_warning`); ``mediafleet status`` says it too."""
-    from mediafleet.fleet.unreachable import redis_away_errors
+    (:func:`~mediafleet.fleet.redis_client.eviction_warning`); ``mediafleet status`` says it too."""
+    from mediafleet.fleet.redis_client import redis_away_errors
 
     try:
         warning = eviction_warning(jobs.client)

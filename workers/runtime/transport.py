@@ -18,7 +18,7 @@ from mediafleet.workers.runtime.names import EXTRACT_TASK, TAKEN_HEADER
 from redis.exceptions import OutOfMemoryError as RedisFull
 from redis.exceptions import RedisError
 
-from mediafleet.fleet.store import Started, delivery_taker
+from mediafleet.fleet.deliveries import Started, delivery_taker
 from mediafleet.settings import Settings
 
 __all__ = ["MADE", "SENTINEL_TRANSPORT", "TRANSPORT", "FleetSentinelTransport", "FleetTransport", "NotKept",

@@ -20,7 +20,10 @@ from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.discovery.hook import index_finished
 from mediafleet.orchestrators.fleet_job import FleetJob
 from mediafleet.orchestrators.job import Job, refused_job
-from mediafleet.fleet.store import JobStore, Watch, eviction_warning, queue_lists
+from mediafleet.fleet.keys import queue_lists
+from mediafleet.fleet.redis_client import eviction_warning
+from mediafleet.fleet.store import JobStore
+from mediafleet.fleet.watches import Watch
 from mediafleet.fleet.presence import live_workers
 from mediafleet.settings import Settings
 from mediafleet.fleet.reports import report_part
@@ -67,7 +70,7 @@ class CeleryOrchestrator:
         """The fleet's job store. Built on first use, after one plain connection attempt: a broker
         that is not there at all is reported at once; one that goes away later is waited for."""
         if self._jobs is None:
-            from mediafleet.fleet.store import redis_client
+            from mediafleet.fleet.redis_client import redis_client
 
             probe = redis_client(self.settings, retry_s=0)
             try:
