@@ -219,3 +219,27 @@ def test_a_video_of_over_100_mb_in_one_call_over_stdio_and_http(tmp_path: Path) 
         assert base64.b64decode(decoded["keyframes"][0]["png_b64"]).startswith(b"\x89PNG")
     assert by_stdio["shots"] == by_http["shots"]
     print(f"{len(video)} bytes of video: stdio {stdio_s:.1f} s, HTTP {http_s:.1f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MEDIAFLEET_LONG_RECORDING_MIN"),
+                    reason="set MEDIAFLEET_LONG_RECORDING_MIN (e.g. 30) to run the issue's long recording: it "
+                           "takes about as long as the recording on a CPU")
+def test_a_long_recording_in_one_call_with_the_documented_config_over_stdio_and_http(tmp_path: Path) -> None:
+    """Issue 44's own case: a recording of MEDIAFLEET_LONG_RECORDING_MIN minutes (espeak-ng, made
+    here) in one call each with docs/callers.md's numbers ("timeout" and --client-timeout
+    1800000), over stdio and HTTP."""
+    minutes = float(os.environ["MEDIAFLEET_LONG_RECORDING_MIN"])
+    audio = recording(tmp_path, sentences=int(minutes * 60 / 4) + 1)
+    params = their_params(audio, "audio/wav")
+    entry = stdio_entry(tmp_path / "stdio", "transcribe_media", "--client-timeout", "1800000", timeout=1800000)
+    by_stdio, stdio_s = their_call(entry, "audio-transcriber-mcp", "transcribe_media", "transcribe_segments", params,
+                                   tmp_path)
+    assert_one_call_returned(by_stdio)
+    with http_server(tmp_path / "http", "--client-timeout", "1800000") as url:
+        by_http, http_s = their_call({"url": url, "transport": "streamable-http", "timeout": 1800000},
+                                     "audio-transcriber-mcp", "transcribe_media", "transcribe_segments", params,
+                                     tmp_path)
+    assert_one_call_returned(by_http)
+    assert int(by_stdio["segments"][-1]["end_ms"]) > minutes * 60_000 * 0.9
+    print(f"{minutes:g} minutes of speech, {len(audio)} bytes: stdio {stdio_s:.0f} s, HTTP {http_s:.0f} s")
