@@ -2,16 +2,21 @@
 
 Peek at the artifact (its first bytes and its size), sniff its type from the bytes (a claimed type
 of another modality is refused), check it against the manifest (fail closed), store it in the blob
-store (which hashes it), and name its job. Nothing here knows where the job will run: the
-in-process and the fleet orchestrator get the same admitted request, and a refusal is the same
-already-failed job for both.
+store (which hashes it), and name its job. :meth:`Admission.admit` does it all in one call and
+returns either an :class:`Admitted` request or the refused job, so the dispatcher only hands the
+first to its orchestrator. Nothing here knows where the job will run: the in-process and the fleet
+orchestrator get the same admitted request, and a refusal is the same already-failed job for both.
+What fails here for a reason of ours (a blob store that cannot take the artifact) is translated,
+once, into the public error tree.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypedDict
@@ -19,16 +24,26 @@ from typing import Any, BinaryIO, TypedDict
 from mediafleet.adapters.ids import job_id as make_job_id
 from mediafleet.blobs.local import BlobStore
 from mediafleet.contract.bundle import CallerClaims
-from mediafleet.contract.digests import hash_stream
-from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InputRejected, PublicError
+from mediafleet.contract.digests import DIGEST, hash_stream
+from mediafleet.contract.errors import (
+    CapabilityRefused,
+    ErrorCode,
+    InputRejected,
+    MediafleetError,
+    Phase,
+    PublicError,
+    Unavailable,
+)
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest
 from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
-from mediafleet.orchestrators.job import Job, refused_job
+from mediafleet.orchestrators.job import Job, claimed, refused_job
 from mediafleet.settings import Settings
+from mediafleet.sniff import sniff
 from mediafleet.workers.engines import numerics
 from mediafleet.workers.extractor import ProgressFn
 
-__all__ = ["HEAD", "Admission", "Artifact", "Submission", "claims_for", "digest_of", "peek", "requested"]
+__all__ = ["HEAD", "Admission", "Admitted", "Artifact", "Facts", "Submission", "claims_for", "digest_of", "peek",
+           "requested"]
 
 Artifact = bytes | str | Path | BinaryIO
 HEAD = 4096
@@ -99,6 +114,20 @@ def claims_for(claims: CallerClaims | None, claimed: str | None, sniffed: str | 
     return (claims or CallerClaims()).model_copy(update=facts)
 
 
+Facts = Callable[[BinaryIO | Path, Capability], dict[str, Any]]
+"""What the orchestrator learns of the bytes while admission holds them (a split job's page count)."""
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An artifact that passed admission: stored, named, ready for an orchestrator to start."""
+
+    request: ExtractRequest
+    capability: Capability
+    facts: dict[str, Any] = field(default_factory=dict)
+    claims: CallerClaims | None = None
+
+
 class Admission:
     """The checks, the store and the job naming of one dispatcher: the same for every orchestrator.
 
@@ -115,6 +144,60 @@ class Admission:
         self.manifest = manifest
         self.store = store
         self._clock = clock
+
+    def admit(self, artifact: Artifact, submission: Submission, facts: Facts) -> Admitted | Job:
+        """Admit one artifact: the request it runs as (stored, named), or its refused job.
+
+        Raises:
+            TypeError: a keyword :class:`Submission` does not name.
+            Unavailable: the blob store could not take the artifact (full, or its volume failed).
+        """
+        action, media_type, options = requested(submission)
+        head, size, opened = peek(artifact)
+        try:
+            sniffed = sniff(head)
+            claims = claims_for(submission.get("claims"), media_type, sniffed)
+            try:
+                capability = self.check(sniffed, size, action, media_type, options)
+            except MediafleetError as exc:
+                return claimed(self.refused(digest_of(opened), size, sniffed, action, exc.public()), claims)
+            learned = facts(opened, capability)
+            try:
+                digest, stored_size = self.store_stream(opened)
+            except OSError as exc:
+                raise _store_failed(exc) from exc
+        finally:
+            opened.close()
+        if stored_size != size:
+            changed = InputRejected("the artifact changed while it was read").public()
+            return claimed(self.refused(digest, stored_size, sniffed, action, changed), claims)
+        return Admitted(self.request(digest, size, sniffed, capability, options), capability, learned, claims)  # type: ignore[arg-type]
+
+    def admit_stored(self, digest: str, submission: Submission, facts: Facts) -> Admitted | Job:
+        """:meth:`admit` for an artifact the blob store already holds (re-hashed first); a digest it
+        does not hold gives a refused job (``blob_not_found``).
+
+        Raises:
+            CapabilityRefused: ``digest`` is not a ``sha256:<hex>`` digest (there is no artifact to name).
+            TypeError: a keyword :class:`Submission` does not name.
+        """
+        action, media_type, options = requested(submission)
+        if not DIGEST.fullmatch(digest):
+            raise CapabilityRefused("the blob reference is not a sha256 digest", code=ErrorCode.INVALID_REQUEST)
+        claims = submission.get("claims")
+        size, sniffed = 0, None
+        try:
+            with self.store.verified_path(digest) as path:
+                size = path.stat().st_size
+                with open(path, "rb") as fh:
+                    sniffed = sniff(fh.read(HEAD))
+                capability = self.check(sniffed, size, action, media_type, options)
+                learned = facts(path, capability)
+        except MediafleetError as exc:
+            return claimed(self.refused(digest, size, sniffed, action, exc.public()),
+                           claims_for(claims, media_type, sniffed))
+        request = self.request(digest, size, sniffed, capability, options)  # type: ignore[arg-type]
+        return Admitted(request, capability, learned, claims_for(claims, media_type, sniffed))
 
     def check(self, sniffed: str | None, size: int, action: str | None, claimed: str | None,
               options: Mapping[str, Any]) -> Capability:
@@ -183,6 +266,16 @@ class Admission:
         if self.settings.device in capability.devices:
             return self.settings.device
         return capability.devices[0]
+
+
+def _store_failed(exc: OSError) -> Unavailable:
+    """The public error for a blob store that could not take the artifact (a full disk, a
+    read-only or vanished volume): retryable, with no path and no library text."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "the blob store is full (no space left on its device); free some space and submit again"
+    else:
+        why = "the blob store could not store the artifact (its volume failed); try again later"
+    return Unavailable(why, phase=Phase.DISPATCH)
 
 
 def _base_type(media_type: str | None) -> str | None:

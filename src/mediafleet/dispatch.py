@@ -5,30 +5,29 @@ job id), then handed to the dispatcher's orchestrator (:mod:`mediafleet.orchestr
 without a broker, the Celery fleet with one). The caller always gets a :class:`Job` whose bundle is
 the evidence; a refusal is a job that is already ``failed``, never a half-done one. What fails
 below this door for a reason of ours (a blob store that cannot take the artifact) is translated
-here, once, into the public error tree (:mod:`mediafleet.contract.errors`).
+once, by admission, into the public error tree (:mod:`mediafleet.contract.errors`); the fleet
+being unreachable is translated here (:func:`mediafleet.fleet.redis_client.translating`).
 """
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Unpack
 
-from mediafleet.admission import HEAD, Admission, Artifact, Submission, claims_for, digest_of, peek, requested
+from mediafleet.admission import Admission, Admitted, Artifact, Submission, claims_for
 from mediafleet.blobs.local import BlobStore, open_store
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
-from mediafleet.contract.digests import DIGEST
-from mediafleet.contract.errors import CapabilityRefused, ErrorCode, InputRejected, MediafleetError, Phase, Unavailable
+from mediafleet.contract.errors import MediafleetError
 from mediafleet.contract.jobs import JobState
 from mediafleet.contract.manifest import Capability, Manifest
-from mediafleet.orchestrators.job import Job, claimed
 from mediafleet.fleet.keys import queue_lists  # noqa: F401 - queue_lists: importable from here, as before
+from mediafleet.fleet.redis_client import translating
 from mediafleet.fleet.store import JobStore
+from mediafleet.orchestrators.job import Job, claimed
 from mediafleet.orchestrators.protocol import Orchestrator, orchestrator_for
 from mediafleet.settings import Settings
 from mediafleet.sniff import sniff
-from mediafleet.fleet.redis_client import translating
 
 if TYPE_CHECKING:
     from mediafleet.orchestrators.celery_fleet import CeleryOrchestrator
@@ -81,26 +80,7 @@ class Dispatcher:
             TypeError: a keyword :class:`Submission` does not name.
             Unavailable: the blob store could not take the artifact (full, or its volume failed).
         """
-        action, media_type, options = requested(request)
-        head, size, opened = peek(artifact)
-        try:
-            sniffed = sniff(head)
-            claims = claims_for(request.get("claims"), media_type, sniffed)
-            try:
-                capability = self.admission.check(sniffed, size, action, media_type, options)
-            except MediafleetError as exc:
-                return claimed(self.admission.refused(digest_of(opened), size, sniffed, action, exc.public()), claims)
-            facts = self.orchestrator.facts(opened, capability)
-            try:
-                digest, stored_size = self.admission.store_stream(opened)
-            except OSError as exc:
-                raise _store_failed(exc) from exc
-        finally:
-            opened.close()
-        if stored_size != size:
-            changed = InputRejected("the artifact changed while it was read").public()
-            return claimed(self.admission.refused(digest, stored_size, sniffed, action, changed), claims)
-        return claimed(self._start(digest, size, sniffed, capability, options, request, facts), claims)  # type: ignore[arg-type]
+        return self._start(self.admission.admit(artifact, request, self.orchestrator.facts), request)
 
     @translating
     def submit_stored(self, digest: str, **request: Unpack[Submission]) -> Job:
@@ -113,28 +93,14 @@ class Dispatcher:
             CapabilityRefused: ``digest`` is not a ``sha256:<hex>`` digest (there is no artifact to name).
             TypeError: a keyword :class:`Submission` does not name.
         """
-        action, media_type, options = requested(request)
-        if not DIGEST.fullmatch(digest):
-            raise CapabilityRefused("the blob reference is not a sha256 digest", code=ErrorCode.INVALID_REQUEST)
-        claims = request.get("claims")
-        size, sniffed = 0, None
-        try:
-            with self.store.verified_path(digest) as path:
-                size = path.stat().st_size
-                with open(path, "rb") as fh:
-                    sniffed = sniff(fh.read(HEAD))
-                claims = claims_for(claims, media_type, sniffed)
-                capability = self.admission.check(sniffed, size, action, media_type, options)
-                facts = self.orchestrator.facts(path, capability)
-        except MediafleetError as exc:
-            return claimed(self.admission.refused(digest, size, sniffed, action, exc.public()),
-                           claims_for(claims, media_type, sniffed))
-        return claimed(self._start(digest, size, sniffed, capability, options, request, facts), claims)  # type: ignore[arg-type]
+        return self._start(self.admission.admit_stored(digest, request, self.orchestrator.facts), request)
 
-    def _start(self, digest: str, size: int, media_type: str, capability: Capability, options: dict[str, Any],
-               request: Submission, facts: dict[str, Any]) -> Job:
-        extract = self.admission.request(digest, size, media_type, capability, options)
-        return self.orchestrator.start(extract, capability, request, facts)
+    def _start(self, admitted: Admitted | Job, request: Submission) -> Job:
+        """Hand an admitted request to the orchestrator; a refused job is already the answer."""
+        if not isinstance(admitted, Admitted):
+            return admitted
+        job = self.orchestrator.start(admitted.request, admitted.capability, request, admitted.facts)
+        return claimed(job, admitted.claims)
 
     def precheck(self, head: bytes, size: int, digest: str, *, action: str | None, media_type: str | None,
                  options: Mapping[str, Any], claims: CallerClaims | None = None) -> EvidenceBundle | None:
@@ -194,16 +160,6 @@ class Dispatcher:
         if not isinstance(self.orchestrator, CeleryOrchestrator):
             raise ValueError("the fleet needs a redis:// or rediss:// result backend")
         return self.orchestrator
-
-
-def _store_failed(exc: OSError) -> Unavailable:
-    """The public error for a blob store that could not take the artifact (a full disk, a
-    read-only or vanished volume): retryable, with no path and no library text."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        why = "the blob store is full (no space left on its device); free some space and submit again"
-    else:
-        why = "the blob store could not store the artifact (its volume failed); try again later"
-    return Unavailable(why, phase=Phase.DISPATCH)
 
 
 _DISPATCHERS: dict[str, Dispatcher] = {}
