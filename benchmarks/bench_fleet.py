@@ -56,7 +56,7 @@ def dispatcher(env: dict[str, str], threads: int = 1) -> Dispatcher:
     """A dispatcher of the fleet ``env`` finds; its jobs run on ``threads`` engine threads (the request
     names them, whatever the worker's own setting)."""
     return Dispatcher(Settings(broker_url=env["MEDIAFLEET_BROKER_URL"], blob_root=Path(env["MEDIAFLEET_BLOB_ROOT"]),
-                               threads=threads))
+                               threads=threads, sentinel_master=env.get("MEDIAFLEET_SENTINEL_MASTER")))
 
 
 def overhead(env: dict[str, str], plain: Any, jobs: int = 30) -> dict[str, float]:
@@ -241,7 +241,8 @@ def speech_fan_out(repeat: int = 5) -> dict[str, float]:
     return {"video_s": float(SPEECH_VIDEO_S), **{name: statistics.median(t) for name, t in times.items()}}
 
 
-PARTS = ("overhead", "throughput", "transport", "speech")
+PARTS = ("overhead", "throughput", "transport", "speech", "sentinel")
+ABOVE_CELERY_AIM_MS = 1.0  # issue 41's aim: the fleet's round trip above a plain Celery no-op's
 AIM_MS = 5.0  # issue 11's aim for the overhead against in-process
 OVERHEAD_ROWS = (
     ("round_trip_ms", "round trip, 1-page PDF (median)"),
@@ -265,6 +266,62 @@ def overhead_rows(runs: list[dict[str, float]]) -> list[tuple[str, str]]:
     met = sum(r["overhead_vs_in_process_ms"] < AIM_MS for r in runs)
     rows.append((f"runs under the {AIM_MS:g} ms aim against in-process", f"{met} of {len(runs)}"))
     return rows
+
+
+def __getattr__(name: str) -> Any:
+    """``noop_app``: the plain Celery app of :func:`sentinel_fleet` (``celery -A
+    benchmarks.bench_fleet:noop_app``), made only when asked, from this process's environment:
+    benchmarks/transport_app.py names no Sentinel master."""
+    if name != "noop_app":
+        raise AttributeError(name)
+    from celery import Celery
+
+    url, master = os.environ["MEDIAFLEET_BROKER_URL"], os.environ["MEDIAFLEET_SENTINEL_MASTER"]
+    app = Celery("bench-noop", broker=url, backend=url, set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"], result_serializer="json",
+                    worker_prefetch_multiplier=1, task_acks_late=True,
+                    broker_transport_options={"master_name": master},
+                    result_backend_transport_options={"master_name": master})
+    app.task(name="bench.noop")(_noop)
+    return app
+
+
+def _noop(value: int) -> int:
+    """A task that does nothing (transport_app's ``noop``)."""
+    return value
+
+
+@contextmanager
+def sentinel_fleet() -> Iterator[tuple[dict[str, str], Any]]:
+    """A master, two replicas and three sentinels (tests/chaos/sentinel_cluster.py), one fleet worker
+    and one plain Celery worker (``noop_app``) behind them; yields the fleet's environment and the
+    plain app. The fleet worker runs through tests/chaos/sentinel_worker.py, which lets a
+    sentinel:// URL past the CLI's broker check (its ``MF-*`` markers are not in these PDFs)."""
+    from tests.chaos.sentinel_cluster import MASTER_NAME, SentinelCluster
+
+    tmp = Path(tempfile.mkdtemp(prefix="mf-bench-ha-"))
+    with SentinelCluster(tmp / "ha") as ha:
+        env = {"MEDIAFLEET_BROKER_URL": ha.broker_url, "MEDIAFLEET_SENTINEL_MASTER": MASTER_NAME,
+               "MEDIAFLEET_BLOB_ROOT": str(tmp / "blobs")}
+        full = {**os.environ, **env}
+        procs = [subprocess.Popen([sys.executable, "-m", "tests.chaos.sentinel_worker", "worker", "--concurrency=1",
+                                   "--hostname=bench0@%h", "--loglevel=WARNING"], env=full, cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                 subprocess.Popen([sys.executable, "-m", "celery", "-A", "benchmarks.bench_fleet:noop_app", "worker",
+                                   "--concurrency=1", "--loglevel=WARNING", "--hostname=noop@%h", "-Q", "celery"],
+                                  env=full, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        try:
+            with patch.dict(os.environ, env):
+                plain = __getattr__("noop_app")
+            deadline = time.monotonic() + 120
+            while len(plain.control.ping(timeout=0.5) or []) < 2 and time.monotonic() < deadline:
+                pass
+            yield env, plain
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=30)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -295,9 +352,23 @@ def main(argv: list[str] | None = None) -> None:
             tput2 = throughput(env, salt="b")
     if "speech" in parts:
         speech = speech_fan_out()
+    ha_overs: list[dict[str, float]] = []
+    if "sentinel" in parts:
+        with sentinel_fleet() as (env, plain):
+            ha_overs = [overhead(env, plain, jobs=args.jobs) for _ in range(max(1, args.runs))]
     rows: list[tuple[str, ...]] = [("measure", "value")]
     if overs:
         rows += overhead_rows(overs)
+    for label, runs in (("", overs), ("behind Sentinel (WAIT 1), ", ha_overs)):
+        if runs:
+            above = [r["above_plain_celery_ms"] for r in runs]
+            shown = f"{min(above):.2f} ms" if len(above) == 1 else f"{min(above):.2f}-{max(above):.2f} ms"
+            met = sum(a < ABOVE_CELERY_AIM_MS for a in above)
+            rows.append((f"{label}round trip above plain Celery's no-op, in-process job time taken out "
+                         f"(aim < {ABOVE_CELERY_AIM_MS:g} ms)", f"{shown} ({met} of {len(above)} runs under)"))
+    if ha_overs:
+        rows += [("behind Sentinel: " + label, f"{min(r[key] for r in ha_overs):.1f} ms")
+                 for key, label in OVERHEAD_ROWS if key in ("round_trip_ms", "plain_celery_noop_ms")]
     if woke is not None:
         rows += wake_rows(woke)
     if tput1 is not None and tput2 is not None:
@@ -324,7 +395,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     out = write_results("fleet", {"overhead_runs": overs, "wake_cost": woke,
                                   "jobs_per_s": {"1_process": tput1, "2_processes": tput2},
-                                  "transport_10mb": moved, "video_with_speech": speech})
+                                  "transport_10mb": moved, "video_with_speech": speech,
+                                  "sentinel_overhead_runs": ha_overs})
     print(f"wrote {out}")
 
 
