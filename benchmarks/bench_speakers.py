@@ -70,8 +70,8 @@ VOICES = {
     "armelle-fr": ("fr", "*.gsm", "gsm"),
     "es-co": ("es", "*.gsm", "gsm"),
 }
-ESPEAK_VOICES = {"espeak-en-us-m3": "en-us+m3", "espeak-en-gb-f2": "en-gb+f2", "espeak-en-us-m7": "en-us+m7",
-                 "espeak-en-sc-f4": "en-gb-scotland+f4"}
+ESPEAK_VOICES = {"espeak-en-us-f2": "en-us+f2", "espeak-en-sc-m7": "en-gb-scotland+m7", "espeak-en-klatt": "en+klatt",
+                 "espeak-en-us-m3": "en-us+m3"}
 RATE = 16000
 FRAME_MS = 10
 COLLAR_MS = 250
@@ -282,17 +282,34 @@ def _truth_segments(turns: list[tuple[str, int, int]]) -> list[Any]:
             for _, s, e in turns]
 
 
+def turn_windows(turns: list[tuple[str, int, int]], samples: np.ndarray, at: int) -> list[Any]:
+    """The turns' speech as transcription would hand it on with a perfect VAD: regions packed into
+    windows of at most 30 s (``at``: the samples' first sample on the recording)."""
+    from mediafleet.workers.audio.vad import Speech, Window
+
+    windows, regions, audio, held = [], [], [], 0
+    for _, start, end in turns:
+        a, b = start * RATE // 1000, end * RATE // 1000
+        if held + b - a > 30 * RATE and regions:
+            windows.append(Window(regions, np.concatenate(audio)))
+            regions, audio, held = [], [], 0
+        regions.append(Speech(at + a, at + b))
+        audio.append(samples[a:b])
+        held += b - a
+    if regions:
+        windows.append(Window(regions, np.concatenate(audio)))
+    return windows
+
+
 def oracle_der(talk: Conversation) -> dict[str, float]:
     """DER of the speaker labelling alone: the reference turns as the transcript's segments, so
     transcription's misses (tiny.en on French, Italian, Russian, Spanish) take no part."""
     from mediafleet.workers.audio.speaker_turns import SpeakerTrack, label_segments
     from mediafleet.workers.audio.speaker_weights import encoder_weights
-    from mediafleet.workers.audio.vad import Speech, Window
 
     track = SpeakerTrack(encoder_weights())
-    for offset in range(0, talk.samples.size, 30 * RATE):
-        audio = talk.samples[offset: offset + 30 * RATE]
-        track.add(Window([Speech(offset, offset + audio.size)], audio))
+    for window in turn_windows(talk.turns, talk.samples, 0):
+        track.add(window)
     labelled, _ = label_segments(_truth_segments(talk.turns), *track.arrays(), None)
     return der(talk.turns, [(s.speaker, s.start_ms, s.end_ms) for s in labelled])
 
@@ -318,21 +335,18 @@ def two_hours(voices: dict[str, list[Clip]], hours: float, rng: random.Random) -
     """Peak memory and CPU of the speaker track and labelling over ``hours`` of speech, streamed."""
     from mediafleet.workers.audio.speaker_turns import SpeakerTrack, label_segments
     from mediafleet.workers.audio.speaker_weights import encoder_weights
-    from mediafleet.workers.audio.vad import Speech, Window
 
     track = SpeakerTrack(encoder_weights())
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     before = _cpu()
     at = 0  # samples of the recording
-    window_samples = 30 * RATE
     truth: list[tuple[str, int, int]] = []
     while at < hours * 3600 * RATE:
         talk = conversation(voices, min(3, len(voices)), 12, rng)
         for speaker, start, end in talk.turns:
             truth.append((speaker, (at * 1000 // RATE) + start, (at * 1000 // RATE) + end))
-        for offset in range(0, talk.samples.size, window_samples):
-            audio = talk.samples[offset: offset + window_samples]
-            track.add(Window([Speech(at + offset, at + offset + audio.size)], audio))
+        for window in turn_windows(talk.turns, talk.samples, at):
+            track.add(window)
         at += talk.samples.size
     embed_cpu = _cpu() - before
     segments = _truth_segments(truth)

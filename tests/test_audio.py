@@ -181,8 +181,10 @@ def test_without_vad_the_whole_recording_is_transcribed() -> None:
 def test_the_result_says_what_produced_it(speech_result: AudioResult) -> None:
     producer = speech_result.producer
     assert producer.engine == "faster-whisper" and producer.extractor == "mediafleet.audio.transcribe"
-    (model,) = producer.models
+    model, voices = producer.models  # Whisper, then the speaker encoder
     assert "tiny.en" in model.name and model.digest.startswith("sha256:")
+    assert voices.name.startswith("resemblyzer voice encoder") and voices.digest.startswith("sha256:")
+    assert speech_result.speaker_count == 1 and {s.speaker for s in speech_result.segments} == {"S1"}
     assert producer.options["language"] is None and producer.options["beam_size"] == 5
     assert producer.options["compute_type"] == "int8" and producer.options["device"] == "cpu"
     # Round trip through the wire form.

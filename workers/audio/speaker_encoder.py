@@ -133,18 +133,35 @@ class Partials:
     ends: np.ndarray  # (n,) its end (exclusive), at most the stretch's length
 
 
-def partials(weights: EncoderWeights, samples: np.ndarray) -> Partials:
-    """Embed every partial of ``samples`` (16 kHz): one each :data:`STEP_FRAMES` frames, the last
-    ending at the stretch's end; a stretch shorter than a partial is embedded whole."""
-    mel = mel_spectrogram(samples)
-    count = mel.shape[0]
-    length = min(PARTIAL_FRAMES, count)
-    starts = list(range(0, max(count - length, 0) + 1, STEP_FRAMES))
-    if starts[-1] != count - length:
-        starts.append(count - length)  # the tail, so every frame is in a partial
-    slices = np.stack([mel[s:s + length] for s in starts])
-    sample_starts = np.array([s * FRAME_SAMPLES for s in starts], dtype=np.int64)
-    sample_ends = np.minimum(sample_starts + length * FRAME_SAMPLES, samples.size)
-    gains = np.array([_gain(samples[a:b]) for a, b in zip(sample_starts, sample_ends, strict=True)], dtype=np.float32)
-    slices *= (gains**2)[:, None, None]
-    return Partials(embeddings=embed(weights, slices), starts=sample_starts, ends=sample_ends)
+def partials(weights: EncoderWeights, samples: np.ndarray, stretches: list[tuple[int, int]] | None = None) -> Partials:
+    """Embed every partial of each stretch ``[start, end)`` of ``samples`` (16 kHz; default: all of
+    it): one each :data:`STEP_FRAMES` frames, the last ending at the stretch's end; a stretch shorter
+    than a partial is embedded whole. No partial spans two stretches (a pause cut out between them
+    is where a speaker most often changes). Partials of one length run through the LSTM together."""
+    groups: dict[int, list[tuple[np.ndarray, int, int]]] = {}
+    for start, end in stretches if stretches is not None else [(0, samples.size)]:
+        piece = samples[start:end]
+        if piece.size < FRAME_SAMPLES:
+            continue
+        mel = mel_spectrogram(piece)
+        count = mel.shape[0]
+        length = min(PARTIAL_FRAMES, count)
+        starts = list(range(0, count - length + 1, STEP_FRAMES))
+        if starts[-1] != count - length:
+            starts.append(count - length)  # the tail, so every frame is in a partial
+        for frame in starts:
+            a = frame * FRAME_SAMPLES
+            b = min(a + length * FRAME_SAMPLES, piece.size)
+            gain = _gain(piece[a:b])
+            groups.setdefault(length, []).append((mel[frame:frame + length] * gain**2, start + a, start + b))
+    embeddings, firsts, lasts = [], [], []
+    for length in sorted(groups, reverse=True):
+        batch = groups[length]
+        embeddings.append(embed(weights, np.stack([m for m, _, _ in batch])))
+        firsts += [a for _, a, _ in batch]
+        lasts += [b for _, _, b in batch]
+    if not embeddings:
+        return Partials(np.zeros((0, 256), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    order = np.argsort(np.array(firsts), kind="stable")
+    return Partials(embeddings=np.concatenate(embeddings)[order], starts=np.array(firsts, np.int64)[order],
+                    ends=np.array(lasts, np.int64)[order])

@@ -56,7 +56,11 @@ class SpeakerTrack:
 
     def add(self, window: Window) -> None:
         """Embed ``window``'s speech and keep each partial's span on the recording (ms)."""
-        found = partials(self.weights, window.audio)
+        stretches, at = [], 0
+        for region in window.regions:
+            stretches.append((at, at + region.end - region.start))
+            at += region.end - region.start
+        found = partials(self.weights, window.audio, stretches)
         keep = np.linalg.norm(found.embeddings, axis=1) > 0
         starts = [window.original(s / SAMPLE_RATE, SAMPLE_RATE) for s in found.starts[keep]]
         # The end: the partial's last sample's place, so a partial never spans silence cut out after it.
