@@ -151,3 +151,20 @@ def test_scripts_are_loaded_again_on_a_master_that_lost_them(cluster: SentinelCl
     redis.Redis(port=cluster.master().port).script_flush()
     token = jobs.claim(request(7), state=JobState.QUEUED, held_reason=None, priority=4, keep_s=3600)
     assert token is not None and jobs.start(request(7).job_id, "w1", token)[0] == 1
+
+
+def test_a_deliverys_number_is_held_by_a_replica_before_its_job_runs(cluster: SentinelCluster, tmp_path: Path) -> None:
+    """The start (the store's, and the consumer's take through kombu's client) returns only once a
+    replica holds the delivery's number: a failover right after cannot give the number to another."""
+    from mediafleet.fleet.deliveries import delivery_taker
+
+    jobs = JobStore.from_settings(settings(cluster, tmp_path))
+    replicas = [redis.Redis(port=node.port) for node in cluster.nodes[1:]]
+    first, second = request(21), request(22)
+    token = jobs.claim(first, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=3600)
+    assert token is not None and jobs.start(first.job_id, "w1", token)[0] == 1
+    assert any(r.hget(jobs.key(first.job_id), "owner") == b"1" for r in replicas)
+    token = jobs.claim(second, state=JobState.QUEUED, held_reason=None, priority=4, keep_s=3600)
+    take = delivery_taker(jobs.client, replica_acks=1, replica_wait_ms=1000)
+    assert token is not None and take(second.job_id, "w1", token, ("unacked_index", "unacked"), "t1", "{}")[0] == 1
+    assert any(r.hget(jobs.key(second.job_id), "owner") == b"1" for r in replicas)

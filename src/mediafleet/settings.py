@@ -47,8 +47,9 @@ class Settings(BaseSettings):
         "master's (redis_password or the URL's); unset: the sentinels ask for none",
     )
     replica_acks: int | None = Field(
-        None, ge=0, le=8, description="replicas that must hold a job's claim and its outcome before either is "
-        "reported (Redis WAIT), so a failover loses nothing acknowledged; unset: 1 behind sentinel://, else 0",
+        None, ge=0, le=8, description="replicas that must hold a job's claim, each delivery's start and its "
+        "outcome before they count (Redis WAIT), so a failover loses nothing acknowledged and never reuses a "
+        "delivery's number; unset: 1 behind sentinel://, else 0",
     )
     replica_wait_ms: int = Field(
         1000, ge=10, description="how long one WAIT for replica_acks lasts; a write not held by enough replicas by "

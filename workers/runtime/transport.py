@@ -217,7 +217,9 @@ class _FleetChannel(kombu_redis.Channel):  # type: ignore[misc]
         """:func:`mediafleet.fleet.store.delivery_taker` on this channel's client, made once per client."""
         with self.conn_or_acquire() as client:
             if self._taker is None or self._taker[0] is not client:
-                self._taker = (client, delivery_taker(client))
+                options = self.connection.client.transport_options  # behind Sentinel: replicas to wait for
+                self._taker = (client, delivery_taker(client, options.get("mediafleet_replica_acks", 0),
+                                                      options.get("mediafleet_replica_wait_ms", 1000)))
             return self._taker[1]
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:

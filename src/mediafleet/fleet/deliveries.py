@@ -14,6 +14,7 @@ from typing import Any
 from mediafleet.contract.jobs import JobState
 from mediafleet.fleet import scripts as jobscripts
 from mediafleet.fleet.keys import STARTED, job_key
+from mediafleet.fleet.replication import NotReplicated, hold
 
 __all__ = ["MAX_DELIVERIES", "Started", "delivery_taker", "started_reply", "task_result_writer"]
 
@@ -46,17 +47,28 @@ def started_reply(reply: Sequence[Any]) -> Started:
     return int(attempts), (JobState(before) if before else None), json.loads(parts) if parts else {}
 
 
-def delivery_taker(client: Any) -> Callable[[str, str, str, tuple[str, str], str, str], Started]:
+def delivery_taker(client: Any, replica_acks: int = 0,
+                   replica_wait_ms: int = 1000) -> Callable[[str, str, str, tuple[str, str], str, str], Started]:
     """How a worker's consumer counts a delivery as it takes the message, through ``client`` (kombu's
     own: no retries, which would stall the consumer's loop): ``take(job_id, hostname, token,
     (unacked index, unacked hash), delivery tag, the delivery as kombu keeps it)`` records the
     delivery as kombu's QoS would and starts it as :meth:`mediafleet.fleet.store.JobStore.start` does, in one step
-    (:data:`mediafleet.fleet.scripts.TAKE`); returns what ``start`` returns."""
+    (:data:`mediafleet.fleet.scripts.TAKE`); returns what ``start`` returns.
+
+    With ``replica_acks``, one ``WAIT`` of ``replica_wait_ms`` follows, so the delivery's number is
+    held by a replica before its job runs (fencing through a failover); not held by then, the job
+    runs anyway: waiting longer would stall the consumer's loop."""
     script = client.register_script(jobscripts.TAKE)
 
     def take(job_id: str, hostname: str, token: str, unacked: tuple[str, str], tag: str, kept: str) -> Started:
         now = time.time()
-        return started_reply(script(keys=[job_key(job_id), STARTED, *unacked],
-                               args=[hostname, os.getpid(), now, token, job_id, now, tag, kept]))
+        started = started_reply(script(keys=[job_key(job_id), STARTED, *unacked],
+                                       args=[hostname, os.getpid(), now, token, job_id, now, tag, kept]))
+        if replica_acks and started[0] > 0:
+            try:
+                hold(client, replica_acks, replica_wait_ms, 0)
+            except NotReplicated:
+                pass  # the job runs; only a failover in this moment could reuse its number
+        return started
 
     return take

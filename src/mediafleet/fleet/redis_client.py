@@ -185,7 +185,11 @@ def transport_options(settings: Settings) -> dict[str, Any]:
         own["password"] = settings.sentinel_password.get_secret_value()
     if (tls := settings.tls_options()) is not None:
         own.update(ssl=True, **tls)
-    return {"master_name": settings.sentinel_master, "sentinel_kwargs": own}
+    from mediafleet.fleet.replication import replica_acks
+
+    # The last two are the fleet's own (kombu and Celery ignore them): what the consumer's take waits for.
+    return {"master_name": settings.sentinel_master, "sentinel_kwargs": own,
+            "mediafleet_replica_acks": replica_acks(settings), "mediafleet_replica_wait_ms": settings.replica_wait_ms}
 
 
 def with_master_password(settings: Settings, url: str | None) -> str | None:

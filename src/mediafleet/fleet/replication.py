@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-__all__ = ["MARKER", "NotReplicated", "hold"]
+if TYPE_CHECKING:
+    from mediafleet.settings import Settings
+
+__all__ = ["MARKER", "NotReplicated", "hold", "replica_acks"]
 
 # The key :func:`hold` writes before it waits (one short-lived key per process, never read).
 MARKER = "mediafleet:replicated:"
@@ -24,6 +27,15 @@ MARKER = "mediafleet:replicated:"
 class NotReplicated(RedisConnectionError):
     """Fewer replicas than asked held the fleet's writes within the bound: counted as Redis being
     away (the write is retried, the job's outcome not reported), never as an answer about a job."""
+
+
+def replica_acks(settings: Settings) -> int:
+    """The replicas that must hold a claim, a delivery's start and an outcome: the settings'
+    ``replica_acks``, else 1 behind Sentinel (a replica is there to hold them) and 0 otherwise."""
+    if settings.replica_acks is not None:
+        return settings.replica_acks
+    url = settings.backend()
+    return int(url is not None and url.startswith("sentinel://"))
 
 
 def hold(client: Any, acks: int, wait_ms: int, bound_s: float) -> int:

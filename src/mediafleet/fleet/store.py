@@ -38,8 +38,8 @@ from mediafleet.fleet.deliveries import (MAX_DELIVERIES, Started, delivery_taker
                                          task_result_writer)
 from mediafleet.fleet.keys import CELERY_RESULT, HELD, STARTED, SWEEP, finished_channel, job_key, queue_lists
 from mediafleet.fleet.records import ENDED, FINAL, JobRecord, notice_bytes, notice_fields, text
-from mediafleet.fleet.redis_client import RETRY_S, eviction_warning, is_sentinel, redis_client
-from mediafleet.fleet.replication import hold
+from mediafleet.fleet.redis_client import RETRY_S, eviction_warning, redis_client
+from mediafleet.fleet.replication import hold, replica_acks
 from mediafleet.fleet.signing import OutcomeSigner, signed_text
 from mediafleet.fleet.watches import IdleWatches, Watch
 
@@ -143,7 +143,7 @@ class JobStore:
 
             blobs = open_store(settings)
         limit = settings.outcome_inline_max_bytes
-        acks = settings.replica_acks if settings.replica_acks is not None else int(is_sentinel(settings.backend()))
+        acks = replica_acks(settings)
         return cls(redis_client(settings), settings.result_ttl_s, OutcomeSigner.from_settings(settings), blobs,
                    INLINE_OUTCOME_MAX_BYTES if limit is None else limit, acks, settings.replica_wait_ms)
 
@@ -422,10 +422,14 @@ class JobStore:
 
         Deliveries are -1 for a stale message (not this submission's) and 0 for an unknown job.
         Otherwise the count is this delivery's number, which owns the record from now on: pass it
-        as ``delivery`` to :meth:`finish` and :meth:`report_part`.
+        as ``delivery`` to :meth:`finish` and :meth:`report_part`. With replicas to wait for, it is
+        returned once they hold it, so a failover never hands the same number to two deliveries.
         """
-        return started_reply(self._start(keys=[self.key(job_id), STARTED],
-                                    args=[hostname, os.getpid(), time.time(), token, job_id]))
+        started = started_reply(self._start(keys=[self.key(job_id), STARTED],
+                                            args=[hostname, os.getpid(), time.time(), token, job_id]))
+        if started[0] > 0:
+            self.replicated()
+        return started
 
     def progress(self, job_id: str, done: int, total: int | None, unit: str) -> JobState | None:
         """Record progress; returns the current state (so a worker sees a cancellation)."""
