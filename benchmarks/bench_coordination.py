@@ -93,7 +93,7 @@ def one_job(jobs: JobStore, take: Any, n: int, salt: str, hostname: str) -> None
 def _worker(args: tuple[dict[str, Any], int, int, str]) -> float:
     settings, start, count, salt = args
     jobs = _store(settings)
-    take = delivery_taker(jobs.client)
+    take = delivery_taker(jobs.client, settings.get("acks", 0))  # the consumer's take waits as a worker's does
     hostname = f"sim{os.getpid()}@bench"
     _announce(jobs.client, hostname)
     began = time.perf_counter()
