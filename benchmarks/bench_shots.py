@@ -33,8 +33,27 @@ and ``frames/s`` and ``vs bare`` are from the median of ``rounds`` interleaved r
 best run of each against the best bare decode), with the median CPU seconds (this process and its
 children, every thread: PySceneDetect's detectors run in this process, FFmpeg's in a child).
 
-Run: ``.venv/bin/python benchmarks/bench_shots.py [rounds]`` (``benchmarks/bench_video.py`` runs it
-too); figures go to ``benchmarks/results/shots.json``.
+Families (issue 43): slide decks and screen recordings, each its own clip at 1280x720, 25 fps,
+H.264 (libx264 veryfast, CRF 23; the real pages CRF 30), made here and cached in the temp directory
+by :data:`FAMILY_VERSION`, each with its truth (cuts, and events inside shots that must not be cut):
+
+* deck: real pages: the top of a page of each of Debian's PDFs under /usr/share/doc in turn, under
+  one title bar; a mouse pointer crossing one slide, a caret blinking on another;
+* deck: new text: the same template, bullet lines of real text (lines of those PDFs) changing on
+  every slide; one slide filmed with sensor noise, and a video playing in an inset across the last
+  four (a lecture's webcam);
+* deck: one line / one word: one line, or the longest word of one line, replaced slide to slide;
+* deck: bullet builds: lines appearing one at a time, then going one at a time;
+* screen: terminal typing: prose typed a character at a time with a blinking caret, the terminal
+  scrolling a line at its foot; cuts where the recording switches to another window;
+* screen: window scrolling: a viewer over real pages, scrolled smoothly and by wheel steps of three
+  lines, a pointer moving; cuts where the recording switches to another document.
+
+On each family bare decoding and the combined detector are timed ``rounds`` times interleaved, the
+other detectors once (their cuts, and one timing).
+
+Run: ``.venv/bin/python benchmarks/bench_shots.py [rounds] [--families all|none|NAME,...] [--no-peers]``
+(``benchmarks/bench_video.py`` runs it too); figures go to ``benchmarks/results/shots.json``.
 """
 
 from __future__ import annotations
@@ -681,31 +700,24 @@ def bare_decode(path: Path) -> Found:
 BARE = "ffmpeg -f null (bare decode, floor)"
 
 
-def run(rounds: int = 3) -> dict[str, Any]:
-    """Build the clip, run every detector ``rounds`` times interleaved, score, print, write shots.json."""
-    from mediafleet.workers.engines import EngineConfig, configure
-
-    configure(EngineConfig(threads=os.cpu_count() or 1))
-    path, truth, frames = make_clip()
-    runs: dict[str, Callable[[], Found]] = {
-        BARE: lambda: bare_decode(path),
-        "mediafleet combined (default)": lambda: mediafleet(path, "combined"),
-        "mediafleet adaptive": lambda: mediafleet(path, "adaptive"),
-        "mediafleet content": lambda: mediafleet(path, "content"),
-        **{f"PySceneDetect {n}": (lambda n=n: pyscenedetect(path, n))
-           for n in ("AdaptiveDetector", "ContentDetector", "HistogramDetector", "HashDetector", "ThresholdDetector")},
-        "ffmpeg scene > 0.3": lambda: ffmpeg_scene(path),
-    }
-    mediafleet(path, "combined")  # warm imports and OpenCV before timing
+def _timed(runs: dict[str, Callable[[], Found]], rounds: int, once: set[str]) -> tuple[dict[str, Found], dict[str, list[float]], dict[str, list[float]]]:
+    """Every run ``rounds`` times interleaved (those in ``once``: the first round only)."""
     walls: dict[str, list[float]] = {name: [] for name in runs}
     cpus: dict[str, list[float]] = {name: [] for name in runs}
     found: dict[str, Found] = {}
-    for _ in range(rounds):
+    for round_ in range(rounds):
         for name, fn in runs.items():
+            if round_ and name in once:
+                continue
             cpu, start = _cpu(), time.perf_counter()
             found[name] = fn()
             walls[name].append(time.perf_counter() - start)
             cpus[name].append(_cpu() - cpu)
+    return found, walls, cpus
+
+
+def _results(runs: dict[str, Callable[[], Found]], found: dict[str, Found], walls: dict[str, list[float]],
+             cpus: dict[str, list[float]], truth: Truth, frames: int) -> dict[str, Any]:
     floor, floor_cpu = statistics.median(walls[BARE]), statistics.median(cpus[BARE])
     results: dict[str, Any] = {}
     for name in runs:
@@ -714,40 +726,130 @@ def run(rounds: int = 3) -> dict[str, Any]:
                  "ratio_to_bare_decode": round(floor / wall, 3), "cpu_s": round(cpu, 4),
                  "ratio_to_bare_decode_cpu": round(floor_cpu / cpu, 3),
                  "best_wall_s": round(min(walls[name]), 4),
-                 "ratio_to_bare_decode_best_wall": round(min(walls[BARE]) / min(walls[name]), 3)}
+                 "ratio_to_bare_decode_best_wall": round(min(walls[BARE]) / min(walls[name]), 3),
+                 "timed_runs": len(walls[name])}
         if name == BARE:
             results[name] = speed
             continue
         results[name] = {"cuts_reported": found[name].cuts, "transitions_reported": found[name].transitions,
                          **score(found[name], truth), **speed}
-    write_results("shots", {
-        "clip": {"frames": frames, "size": f"{W}x{H}", "rate": RATE, "real_footage": REAL.exists(),
-                 "cuts": truth.cuts, "cut_kinds": truth.cut_kinds, "transitions": truth.transitions,
-                 "inside_shots": truth.inside},
-        "rounds": rounds, "load_average_after": round(os.getloadavg()[0], 2), "detectors": results,
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
+    return results
+
+
+def _speed_cells(r: dict[str, Any]) -> tuple[str, ...]:
+    return (f"{r['frames_per_s']:,.0f}", f"{r['ratio_to_bare_decode']:.2f}x",
+            f"{r['ratio_to_bare_decode_best_wall']:.2f}x", f"{r['cpu_s']:.3f}", f"{r['ratio_to_bare_decode_cpu']:.2f}x")
+
+
+def _peers(path: Path, fast: bool) -> dict[str, Callable[[], Found]]:
+    peers: dict[str, Callable[[], Found]] = {
+        "mediafleet adaptive": lambda: mediafleet(path, "adaptive"),
+        "mediafleet content": lambda: mediafleet(path, "content"),
+    }
+    names = ("AdaptiveDetector", "ContentDetector", "HashDetector") if fast else (
+        "AdaptiveDetector", "ContentDetector", "HistogramDetector", "HashDetector", "ThresholdDetector")
+    peers.update({f"PySceneDetect {n}": (lambda n=n: pyscenedetect(path, n)) for n in names})
+    peers["ffmpeg scene > 0.3"] = lambda: ffmpeg_scene(path)
+    return peers
+
+
+def run_families(rounds: int, names: list[str], peers: bool = True) -> dict[str, Any]:
+    """Each slide-deck and screen-recording family: bare decoding and the combined detector timed
+    ``rounds`` times interleaved, the other detectors once (their cuts and one timing)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        path, truth, frames = make_family(name)
+        combined = "mediafleet combined (default)"
+        runs: dict[str, Callable[[], Found]] = {BARE: lambda: bare_decode(path),
+                                                 combined: lambda: mediafleet(path, "combined")}
+        others = _peers(path, fast=True) if peers else {}
+        runs.update(others)
+        found, walls, cpus = _timed(runs, rounds, set(others))
+        results = _results(runs, found, walls, cpus, truth, frames)
+        out[name] = {"clip": {"frames": frames, "size": f"{DECK_W}x{DECK_H}", "rate": RATE, "cuts": truth.cuts,
+                              "cut_kinds": truth.cut_kinds, "inside_shots": truth.inside},
+                     "detectors": results}
+        print(f"\n{name}: {frames} frames {DECK_W}x{DECK_H}, {len(truth.cuts)} cuts, events inside shots: "
+              f"{', '.join(sorted({k for _, _, k in truth.inside})) or 'none'}")
+        rows = [("detector", "cuts", "cut F1", "false on events inside shots", "frames/s", "vs bare", "best", "CPU s",
+                 "vs bare (CPU)")]
+        for detector, r in results.items():
+            if detector == BARE:
+                rows.append((detector, "-", "-", "-", *_speed_cells(r)))
+                continue
+            rows.append((detector, f"{r['cuts_found']}/{r['cuts']}", f"{r['cut_f1']:.2f}",
+                         ", ".join(f"{kind} ({len(at)})" for kind, at in r["false_on"].items()) or "-",
+                         *_speed_cells(r)))
+        print(table(rows))
+    return out
+
+
+def run(rounds: int = 3, families: list[str] | None = None, peers: bool = True) -> dict[str, Any]:
+    """Build the clips, run every detector (``rounds`` times interleaved on the mixed clip; on each
+    family bare decoding and the combined detector ``rounds`` times, the others once), score,
+    print, write shots.json."""
+    from mediafleet.workers.engines import EngineConfig, configure
+
+    configure(EngineConfig(threads=os.cpu_count() or 1))
+    path, truth, frames = make_clip()
+    runs: dict[str, Callable[[], Found]] = {
+        BARE: lambda: bare_decode(path),
+        "mediafleet combined (default)": lambda: mediafleet(path, "combined"),
+        **(_peers(path, fast=False) if peers else {}),
+    }
+    mediafleet(path, "combined")  # warm imports and OpenCV before timing
+    found, walls, cpus = _timed(runs, rounds, set())
+    results = _results(runs, found, walls, cpus, truth, frames)
     print(f"\nShots: {frames} frames {W}x{H} at {RATE} fps, {len(truth.cuts)} cuts, {len(truth.transitions)} "
           f"transitions, {len(truth.inside)} events inside shots (real footage: {'yes' if REAL.exists() else 'no'}); "
           f"medians of {rounds} interleaved rounds")
     rows = [("detector", "cuts", "cut F1", "transitions", "transition F1", "false on events inside shots",
              "frames/s", "vs bare", "best", "CPU s", "vs bare (CPU)")]
     for name, r in results.items():
-        speed = (f"{r['frames_per_s']:,.0f}", f"{r['ratio_to_bare_decode']:.2f}x",
-                 f"{r['ratio_to_bare_decode_best_wall']:.2f}x", f"{r['cpu_s']:.3f}", f"{r['ratio_to_bare_decode_cpu']:.2f}x")
         if name == BARE:
-            rows.append((name, "-", "-", "-", "-", "-", *speed))
+            rows.append((name, "-", "-", "-", "-", "-", *_speed_cells(r)))
             continue
         rows.append((name, f"{r['cuts_found']}/{r['cuts']}", f"{r['cut_f1']:.2f}",
                      f"{r['transitions_found']}/{r['transitions']}", f"{r['transition_f1']:.2f}",
-                     ", ".join(f"{kind} ({len(at)})" for kind, at in r["false_on"].items()) or "-", *speed))
+                     ", ".join(f"{kind} ({len(at)})" for kind, at in r["false_on"].items()) or "-", *_speed_cells(r)))
     print(table(rows))
     classes = list(next(r for n, r in results.items() if n != BARE)["by_class"])
     names = [n for n in results if n != BARE]
     print("\nFound, by class:")
     print(table([("class", *names)] + [(c, *(results[n]["by_class"][c] for n in names)) for c in classes]))
+    family_results = run_families(rounds, list(FAMILIES) if families is None else families, peers)
+    if family_results:
+        print("\nCut F1 by family (combined, then the best other detector):")
+        print(table([("family", "combined", "vs bare", "best other")] + [
+            (name, f"{f['detectors']['mediafleet combined (default)']['cut_f1']:.2f}",
+             f"{f['detectors']['mediafleet combined (default)']['ratio_to_bare_decode']:.2f}x",
+             max((f"{r['cut_f1']:.2f} ({d})" for d, r in f["detectors"].items()
+                  if d not in (BARE, "mediafleet combined (default)")), default="-"))
+            for name, f in family_results.items()]))
+    write_results("shots", {
+        "clip": {"frames": frames, "size": f"{W}x{H}", "rate": RATE, "real_footage": REAL.exists(),
+                 "cuts": truth.cuts, "cut_kinds": truth.cut_kinds, "transitions": truth.transitions,
+                 "inside_shots": truth.inside},
+        "rounds": rounds, "load_average_after": round(os.getloadavg()[0], 2), "detectors": results,
+        "families": family_results,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
     return results
 
 
+def main(argv: list[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=3)
+    parser.add_argument("--families", default="all",
+                        help="comma-separated family names (see FAMILIES), 'all' or 'none'")
+    parser.add_argument("--no-peers", action="store_true", help="time bare decoding and the combined detector only")
+    args = parser.parse_args(argv)
+    families = list(FAMILIES) if args.families == "all" else [] if args.families == "none" else [
+        n.strip() for n in args.families.split(",")]
+    run(args.rounds, families, peers=not args.no_peers)
+
+
 if __name__ == "__main__":
-    run(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    main(sys.argv[1:])

@@ -13,9 +13,8 @@ own loop leaves them idle whenever the caller is busy) and, for frames of 720p a
 runs the caller's ``prepare`` step on each frame right after it is decoded (while the frame is
 still in cache); the caller gets frames and their prepared values in order. Each hand-over queue
 holds a few frames (:func:`_depth`), handed over a few at a time (:func:`_batch`: ``queue.Queue``
-locks in Python, and one put and get per frame made the reader's own CPU time on top of bare
-decoding about 40 us a 360p frame, against 25-30 us in batches of 4; medians of 7, load 5). The
-reader is a context manager: leaving it stops and joins the helpers before the container can be
+locks in Python, so one put and get per frame costs more than batches; measured in
+``docs/shots.md``). The reader is a context manager: leaving it stops and joins the helpers before the container can be
 closed under them.
 """
 
@@ -42,9 +41,8 @@ _END_TOLERANCE_S = Fraction(1, 2)
 _QUEUE_BYTES = 48 << 20
 _QUEUE_FRAMES = (2, 8)  # 8 at 1080p (about 3 MB a frame), 3 at 4096x2160
 _DONE = object()
-# The preparing thread pays from 720p up (measured on 2 cores, frames/s against bare decoding: 720p
-# 0.86x with it vs 0.78x without; 360p 0.84x with it vs 0.92x without, where the extra hand-over
-# costs more than the ~0.3 ms a frame it moves); below, ``prepare`` runs in the caller's thread.
+# The preparing thread pays from 720p up, where a frame's preparation outweighs the extra hand-over
+# (measured in docs/shots.md); below, ``prepare`` runs in the caller's thread.
 _PREPARE_THREAD_PIXELS = 1280 * 720
 
 

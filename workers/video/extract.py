@@ -57,10 +57,9 @@ __all__ = ["extract_keyframes"]
 
 _PROGRESS_EVERY = 64  # frames
 
-# OpenCV's pool (process-wide) is kept at one thread: its work here is on ~256-px analysis frames
-# and one full-size keyframe a shot, where handing stripes to pool threads costs more than it saves
-# (measured on 2 busy cores: 0.36 vs 0.19 ms a 360p frame's signals, the same CPU time), and the
-# budget's other threads are the decoder's.
+# OpenCV's pool (process-wide) is kept at one thread: its work here is on small analysis frames and
+# one full-size keyframe a shot, where handing stripes to pool threads costs more than it saves
+# (measured in docs/shots.md), and the budget's other threads are the decoder's.
 _CV2_THREADS = 1
 _cv2_threads: int | None = None
 

@@ -244,32 +244,55 @@ def _phash(grey: np.ndarray) -> int:
 _EDGE_KERNEL = np.ones((3, 3), np.uint8)
 
 
+SHIFT_CANDIDATES = 6  # shifts checked pixel by pixel: those whose row means match best
+
+
 def _shifted_left(a: np.ndarray, b: np.ndarray, moved: np.ndarray, rows: tuple[int, int], cols: tuple[int, int],
                   total: int) -> float:
     """The least share of ``total`` moved pixels left unexplained when the rows ``rows`` (columns
     ``cols``) of ``b`` are matched against ``a`` shifted vertically by ``dy`` or ``dy + 1/2``
     pixels (up to a third of the moved region's height): a pixel is explained where it lies within
     PIXEL_DELTA of row ``y + dy``, ``y + dy + 1`` or their mean (a scroll rarely moves a whole
-    number of analysis pixels)."""
+    number of analysis pixels). Only the :data:`SHIFT_CANDIDATES` shifts whose row means (over
+    ``cols``) match best are checked, on every other row and column."""
     r0, r1 = rows
     c0, c1 = cols
     height = a.shape[0]
     # A scroll moves the whole region it scrolls, several times the shift: a line added under the
     # last (a region one line high) is never explained by shifting the line above it down.
     reach = min(max(2, height // 4), (r1 - r0) // 3)
+    means_a = cv2.reduce(a[:, c0:c1], 1, cv2.REDUCE_AVG, dtype=cv2.CV_32F).ravel()
+    means_b = cv2.reduce(b[:, c0:c1], 1, cv2.REDUCE_AVG, dtype=cv2.CV_32F).ravel()
+    shifts = np.array([dy for dy in range(-reach, reach + 1) if dy not in (0, -1)], np.int64)  # not the step
+    if shifts.size == 0:
+        return 1.0
+    ys = np.arange(r0, r1)
+    source = ys[None, :] + shifts[:, None]  # row y of b against rows y + dy and y + dy + 1 of a
+    valid = (source >= 0) & (source + 1 < height)
+    source = np.clip(source, 0, height - 2)
+    target, upper, lower = means_b[ys][None, :], means_a[source], means_a[source + 1]
+    error = np.minimum(np.minimum(np.abs(target - upper), np.abs(target - lower)),
+                       np.abs(target - 0.5 * (upper + lower)))
+    kept = valid.sum(axis=1)
+    # The mean error over the rows compared, scaled up by the rows left out (which count against it).
+    ranking = np.where(kept >= 4, np.where(valid, error, 0.0).sum(axis=1) * (r1 - r0) / np.maximum(kept, 1) ** 2,
+                       np.inf)
+    ranked = [(float(ranking[k]), int(shifts[k])) for k in np.argsort(ranking, kind="stable")[:SHIFT_CANDIDATES]
+              if np.isfinite(ranking[k])]
+    # Checked on every other row and column (the moved pixels counted on the same grid).
+    total = max(1, cv2.countNonZero(np.ascontiguousarray(moved[r0:r1:2, c0:c1:2])))
     best = 1.0
-    for dy in range(-reach, reach + 1):
-        if dy in (0, -1):
-            continue  # no shift (the step itself) and the half pixel around it
+    for _, dy in ranked:
         lo, hi = max(r0, -dy), min(r1, height - dy - 1)
-        if hi - lo < 4:
-            continue
-        target = b[lo:hi, c0:c1]
-        upper, lower = a[lo + dy:hi + dy, c0:c1], a[lo + dy + 1:hi + dy + 1, c0:c1]
+        lo += (lo - r0) % 2  # on the grid
+        target = np.ascontiguousarray(b[lo:hi:2, c0:c1:2])
+        upper = np.ascontiguousarray(a[lo + dy:hi + dy:2, c0:c1:2])
+        lower = np.ascontiguousarray(a[lo + dy + 1:hi + dy + 1:2, c0:c1:2])
         error = cv2.min(cv2.min(cv2.absdiff(target, upper), cv2.absdiff(target, lower)),
                         cv2.absdiff(target, cv2.addWeighted(upper, 0.5, lower, 0.5, 0)))
         unexplained = cv2.countNonZero(cv2.threshold(error, PIXEL_DELTA, 255, cv2.THRESH_BINARY)[1])
-        unexplained += cv2.countNonZero(moved[r0:lo, c0:c1]) + cv2.countNonZero(moved[hi:r1, c0:c1])
+        unexplained += cv2.countNonZero(np.ascontiguousarray(moved[r0:lo:2, c0:c1:2]))
+        unexplained += cv2.countNonZero(np.ascontiguousarray(moved[lo + (hi - lo + 1) // 2 * 2:r1:2, c0:c1:2]))
         best = min(best, unexplained / total)
     return best
 

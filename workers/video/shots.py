@@ -109,7 +109,7 @@ class AnalysisFrames:
 
         swscale runs in this thread, single-threaded: the decoder's threads are busy with the next
         frames meanwhile, and slice threads for one frame cost more in hand-offs than they save
-        (measured: 0.08 vs 0.23 ms a 360p frame, 0.64 vs 0.75 ms at 1080p).
+        (measured in docs/shots.md).
         """
         return self._reformatter.reformat(frame, format="bgr24", threads=1).to_ndarray()
 
@@ -125,8 +125,8 @@ class AnalysisFrames:
         return cv2.resize(image, self.size, interpolation=cv2.INTER_LINEAR)
 
 
-# The row path pays when linear resizing reads at most this share of the rows (1080p: 0.27; at 720p,
-# 0.40, gathering the rows costs what converting the rest would: measured 0.46 vs 0.43 ms a frame).
+# The row path pays when linear resizing reads at most this share of the rows (1080p reads 0.27; at
+# 720p, 0.40, gathering the rows costs what converting the rest would: docs/shots.md).
 _ROWS_WORTH_IT = 1 / 3
 
 
