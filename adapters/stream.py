@@ -18,7 +18,7 @@ the whole text in memory beside the bundle (and makes a reader parse it whole). 
 :func:`read_bundle_lines` validates a stream back into the :class:`EvidenceBundle` it came from.
 The record writers (:func:`head_line`, :func:`node_line`, :func:`edge_line`, :func:`prov_line`,
 :func:`end_line`) are the one place each record's form is spelled, for a writer that makes the
-bundle as it goes (a long PDF in-process: :mod:`mediafleet.workers.pdf.stream`) rather than from a
+bundle as it goes (a long PDF in-process: :mod:`mediafleet.adapters.pdf_stream`) rather than from a
 bundle held whole.
 """
 

@@ -5,7 +5,7 @@ Each in-process path runs in a fresh process of its own, so its peak resident me
 counted from the exec) is its own: bare PyMuPDF reading every page with ``get_text("dict")``; the
 ``mediafleet extract`` command with ``--out DIR --json`` (the bundle held whole: printed, and
 written whole, as ``--out`` wrote it before it was streamed), ``--out DIR`` (the indented JSON and
-the Turtle, written range by range: :mod:`mediafleet.workers.pdf.stream`) and ``--out DIR --jsonl``
+the Turtle, written range by range: :mod:`mediafleet.adapters.pdf_stream`) and ``--out DIR --jsonl``
 (the JSON Lines stream and the Turtle, likewise). On the fleet, a real redis-server and one ``mediafleet
 worker --pool=solo`` (so the job runs in the worker's own process): the PDF is split into the
 shipped ranges of 32 pages, all on that worker, which joins them when the last reports; its peak

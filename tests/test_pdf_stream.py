@@ -1,4 +1,4 @@
-"""A PDF's bundle written as it is made (``workers/pdf/stream.py``): byte for byte the one-run
+"""A PDF's bundle written as it is made (``adapters/pdf_stream.py``, run in ranges by ``orchestrators/pdf_ranges.py``): byte for byte the one-run
 bundle as JSON Lines and as indented JSON, the one-run failure when a range fails, nothing
 complete-looking left when it is cut off, the CLI's ``--out`` path, and a peak memory that does not
 grow with the pages."""
@@ -26,7 +26,7 @@ from mediafleet.contract.errors import ErrorCode
 from mediafleet.contract.jobs import ExtractRequest
 from mediafleet.contract.manifest import Manifest, default_manifest
 from mediafleet.report.text import summary_lines
-from mediafleet.workers.pdf.stream import streams, write_pdf_bundle
+from mediafleet.orchestrators.pdf_ranges import streams, write_pdf_bundle
 from mediafleet.workers.runner import run_request
 from tests.helpers import without_run
 from tests.media import scanned

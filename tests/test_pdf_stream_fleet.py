@@ -11,7 +11,7 @@ held-whole path, with the same files and exit status, for a job that is not spli
 record is gone or whose outcome's blob was altered, and a job that failed.
 
 The CLI runs as a fresh process through a wrapper that only watches
-:func:`mediafleet.workers.pdf.stream.write_joined_bundle` (whether the files came from the ranges)
+:func:`mediafleet.adapters.pdf_stream.write_joined_bundle` (whether the files came from the ranges)
 and, where a test asks, spoils what it would read just before it reads it.
 """
 
@@ -32,7 +32,7 @@ from tests.test_pdf_stream import raw_pdf
 _SPY = """
 import os, sys
 from pathlib import Path
-from mediafleet.workers.pdf import stream
+from mediafleet.adapters import pdf_stream as stream
 
 real = stream.write_joined_bundle
 

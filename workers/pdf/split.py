@@ -69,7 +69,7 @@ class JoinHead:
     range passed it, and the first producer that names OCR models (else the first range's).
 
     The one rule for :meth:`PagesPart.join` and the bundle written from the ranges
-    (:mod:`mediafleet.workers.pdf.stream`). It keeps a few values, never a range's outcome: a join
+    (:mod:`mediafleet.adapters.pdf_stream`). It keeps a few values, never a range's outcome: a join
     of many ranges keeps no objects made while reading each (which would pin the memory that
     range's pages took).
     """

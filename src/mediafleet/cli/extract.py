@@ -34,8 +34,8 @@ def out_problem(out: Path | None) -> str | None:
 def run(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
     import logging
 
-    from mediafleet.dispatch import Dispatcher
     from mediafleet.cli.inputs import Input, InputUnavailable, UnsupportedType, UsageError, check_input, open_input
+    from mediafleet.dispatch import Dispatcher
 
     # The CLI reports every failure itself, on one line; the workers' log lines would only repeat it.
     logging.getLogger().addHandler(logging.NullHandler())
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, settings: Any, manifest: Any) -> int:
         return EXIT_USAGE
     dispatcher = Dispatcher(settings, manifest=manifest)
     if dispatcher.in_process and _writes_as_made(args, dispatcher):
-        dispatcher.orchestrator = _StreamedPdfs(dispatcher.orchestrator)  # type: ignore[assignment]
+        dispatcher.orchestrator.defer_streamed = True  # its PDFs written range by range (Job.write)
     try:
         return _extract_all(queue, args, settings, manifest, dispatcher, options, status)
     finally:
@@ -101,10 +101,13 @@ def _writes_as_made(args: argparse.Namespace, dispatcher: Any) -> bool:
     return bool(args.out) and not (args.json or args.report) and dispatcher.settings.discovery_index is None
 
 
-def _waits_on_fleet(job: Any) -> bool:
+def _written_as_made(job: Any) -> bool:
+    """Whether ``job`` writes its ``--out`` files as its bundle is made (:meth:`Job.write`): a PDF
+    run here in ranges, or any job on the fleet (a split one from its ranges' outcomes)."""
     from mediafleet.orchestrators.fleet_job import FleetJob
+    from mediafleet.orchestrators.pdf_ranges import StreamedPdfJob
 
-    return isinstance(job, FleetJob)
+    return isinstance(job, (FleetJob, StreamedPdfJob))
 
 
 def _extract_all(queue: list[Any], args: argparse.Namespace, settings: Any, manifest: Any, dispatcher: Any,
@@ -233,10 +236,9 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
                  saved: _Saved) -> int:
     """Run one opened input and show what it gave; returns its exit status."""
     from mediafleet.adapters.prov import to_turtle
-    from mediafleet.contract.bundle import EvidenceBundle
+    from mediafleet.cli.inputs import UnsupportedType, check_input
     from mediafleet.contract.errors import FleetUnreachable, MediafleetError, TimedOut
     from mediafleet.contract.jobs import JobState
-    from mediafleet.cli.inputs import UnsupportedType, check_input
     from mediafleet.report.text import summary_lines
     from mediafleet.workers.registry import progress_unit
 
@@ -265,24 +267,13 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
                       "waiting (Ctrl-C stops the wait, not the job)", file=sys.stderr)
         pending = getattr(job, "inner", job)  # a ClaimedJob's own job
         form = "jsonl" if args.jsonl else "json"
-        if isinstance(pending, _PendingPdf):
+        if _writes_as_made(args, dispatcher) and _written_as_made(pending):
             stem = f"{item.name}.{pending.request.artifact.digest.removeprefix('sha256:')[:12]}"
-            written = pending.write(Path(args.out, f"{stem}.bundle.{form}"), Path(args.out, f"{stem}.prov.ttl"),
-                                    getattr(job, "claims", None), form)
+            written = job.write(Path(args.out, f"{stem}.bundle.{form}"), Path(args.out, f"{stem}.prov.ttl"),
+                                form=form, timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
             show.clear()
             return _written(item.name, written, saved)
-        if not dispatcher.in_process and _writes_as_made(args, dispatcher) and _waits_on_fleet(pending):
-            # A split PDF job's bundle written from its ranges' outcomes (else held whole, as below)
-            stem = f"{item.name}.{pending.request.artifact.digest.removeprefix('sha256:')[:12]}"
-            done = pending.write(Path(args.out, f"{stem}.bundle.{form}"), Path(args.out, f"{stem}.prov.ttl"),
-                                 claims=getattr(job, "claims", None), form=form, timeout=args.timeout,
-                                 on_progress=lambda p: show(p.done, p.total, p.unit))
-            if not isinstance(done, EvidenceBundle):
-                show.clear()
-                return _written(item.name, done, saved)
-            bundle = done
-        else:
-            bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
+        bundle = job.bundle(timeout=args.timeout, on_progress=lambda p: show(p.done, p.total, p.unit))
     except TimedOut:
         show.clear()
         job_id = job.id if job is not None else "?"
@@ -340,50 +331,6 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
         (saved.folder / report_file_name(item.name, bundle)).write_text(page, encoding="utf-8")
         saved.reports += 1
     return status
-
-
-class _StreamedPdfs:
-    """The in-process orchestrator, with each PDF job it may run in ranges left pending, for
-    ``extract --out DIR`` to write its bundle (either form) and Turtle as they are made
-    (:mod:`mediafleet.workers.pdf.stream`) instead of holding the bundle whole; every other job runs
-    as before."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def start(self, request: Any, capability: Any, submission: Any, facts: Any = None) -> Any:
-        from mediafleet.workers.pdf.stream import streams
-
-        if not streams(capability):
-            return self.inner.start(request, capability, submission, facts)
-        return _PendingPdf(self.inner, request, capability, submission)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class _PendingPdf:
-    """An admitted PDF job not run yet: :meth:`write` runs it, writing its bundle as it goes."""
-
-    def __init__(self, orchestrator: Any, request: Any, capability: Any, submission: Any) -> None:
-        self.id, self.action = request.job_id, request.action
-        self.orchestrator, self.request, self.capability, self.submission = orchestrator, request, capability, submission
-
-    def state(self) -> Any:
-        from mediafleet.contract.jobs import JobState
-
-        return JobState.QUEUED
-
-    def bundle(self, timeout: float | None = None, on_progress: Any = None) -> Any:
-        """The bundle held whole, as the in-process orchestrator makes it."""
-        return self.orchestrator.start(self.request, self.capability, self.submission).bundle()
-
-    def write(self, bundle_to: Path, turtle_to: Path, claims: Any, form: str) -> Any:
-        from mediafleet.workers.pdf.stream import write_pdf_bundle
-
-        return write_pdf_bundle(self.request, self.capability, self.orchestrator.manifest, self.orchestrator.store,
-                                bundle_to, turtle_to=turtle_to, claims=claims, progress=self.submission.get("progress"),
-                                form=form)
 
 
 def _said_failed(name: str, bundle: Any) -> int:

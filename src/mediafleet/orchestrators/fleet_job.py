@@ -19,17 +19,17 @@ from mediafleet.contract.errors import ErrorCode, PublicError, TimedOut
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome, PartOf, Progress, Span
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.discovery.hook import index_finished
-from mediafleet.orchestrators.job import Job
 from mediafleet.fleet.keys import finished_channel
 from mediafleet.fleet.records import JobRecord
 from mediafleet.fleet.redis_client import redis_away_errors, translating
+from mediafleet.fleet.reports import join_parts, report_part
 from mediafleet.fleet.store import JobStore
 from mediafleet.fleet.watches import Watch
-from mediafleet.fleet.reports import join_parts, report_part
+from mediafleet.orchestrators.job import Job
 from mediafleet.workers.parts import own_part
 
 if TYPE_CHECKING:
-    from mediafleet.workers.pdf.stream import Written
+    from mediafleet.adapters.pdf_stream import Written
 
 __all__ = ["FleetJob", "join_and_index"]
 
@@ -202,25 +202,25 @@ class FleetJob(Job):
         return build_bundle(outcome, self._capability)
 
     @translating
-    def write(self, lines_to: Path, turtle_to: Path, *, claims: CallerClaims | None = None, form: str = "jsonl",
-              timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
-              ) -> Written | EvidenceBundle:
+    def write(self, lines_to: Path, turtle_to: Path | None, *, claims: CallerClaims | None = None,
+              form: str = "jsonl", timeout: float | None = None,
+              on_progress: Callable[[Progress], None] | None = None) -> Written:
         """Wait as :meth:`bundle` does; a split PDF job that finished ok has its bundle (with
         ``claims``) written to ``lines_to`` in ``form`` and its PROV as Turtle to ``turtle_to``
         from its ranges' outcomes, read one at a time, its joined outcome never read
-        (:func:`mediafleet.workers.pdf.stream.write_joined_bundle`): what was written comes back.
+        (:func:`mediafleet.adapters.pdf_stream.write_joined_bundle`): what was written comes back.
         The first range's outcome is the one the job's own task reported into the record, which
         the finished record keeps (so a job that finished before this wait began is written the
         same way). Any other job, or one whose ranges' outcomes cannot all be read as they were
         joined (a range's record is gone or fails its checks, a record finished before its own
-        range's report was kept), gives its bundle held whole, with ``claims``, as :meth:`bundle`
-        does, for the caller to write; nothing is left under either name then.
+        range's report was kept), has its bundle held whole (with ``claims``, as :meth:`bundle` gives
+        it) written the same way.
 
         Raises:
             TimedOut: the job did not finish within ``timeout``.
             OSError: a file could not be written.
         """
-        from mediafleet.workers.pdf.stream import streams, write_joined_bundle
+        from mediafleet.adapters.pdf_stream import streams, write_joined_bundle, written_whole
 
         self._defer = streams(self._capability)
         try:
@@ -236,7 +236,7 @@ class FleetJob(Job):
                 return written
             done = self._wait(timeout, on_progress)  # the record is final: its outcome, as bundle() reads it
         assert isinstance(done, Outcome)
-        return with_claims(build_bundle(done, self._capability), claims)
+        return written_whole(with_claims(build_bundle(done, self._capability), claims), lines_to, turtle_to, form)
 
     def _wait(self, timeout: float | None, on_progress: Callable[[Progress], None] | None) -> Outcome | JobRecord:
         """The job's outcome once it has one (see :meth:`_outcome_of` for a record instead)."""

@@ -25,7 +25,14 @@ __all__ = ["InProcessOrchestrator"]
 
 
 class InProcessOrchestrator:
-    """Runs each request here and now; keeps nothing once its bundle is returned."""
+    """Runs each request here and now; keeps nothing once its bundle is returned.
+
+    With ``defer_streamed`` set, a PDF job that can run in page ranges is returned unrun
+    (:class:`~mediafleet.orchestrators.pdf_ranges.StreamedPdfJob`), for a caller that writes its
+    bundle as it is made (:meth:`~mediafleet.orchestrators.job.Job.write`) instead of holding it whole.
+    """
+
+    defer_streamed = False
 
     def __init__(self, settings: Settings, manifest: Manifest, store: BlobStore,
                  clock: Callable[[], datetime]) -> None:
@@ -40,6 +47,15 @@ class InProcessOrchestrator:
 
     def start(self, request: ExtractRequest, capability: Capability, submission: Submission,
               facts: Mapping[str, Any] | None = None) -> Job:
+        if self.defer_streamed:
+            from mediafleet.orchestrators.pdf_ranges import StreamedPdfJob, streams
+
+            if streams(capability):
+                return StreamedPdfJob(self, request, capability, submission)
+        return self.run(request, capability, submission)
+
+    def run(self, request: ExtractRequest, capability: Capability, submission: Submission) -> Job:
+        """Run ``request`` here, whole; its job is over when this returns."""
         outcome = run_request(request, manifest=self.manifest, store=self.store, device=request.device,
                               progress=submission.get("progress"), clock=self._clock)
         index_finished(self._index_setting, outcome, self.manifest)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mediafleet.adapters.bundle import refused_bundle, with_claims
 from mediafleet.adapters.ids import token
@@ -17,6 +18,9 @@ from mediafleet.contract.bundle import BundleArtifact, CallerClaims, EvidenceBun
 from mediafleet.contract.errors import PublicError
 from mediafleet.contract.jobs import JobState, Progress
 from mediafleet.contract.manifest import Manifest
+
+if TYPE_CHECKING:
+    from mediafleet.adapters.pdf_stream import Written
 
 __all__ = ["ClaimedJob", "DoneJob", "Job", "claimed", "refused_job"]
 
@@ -39,6 +43,26 @@ class Job:
     ) -> EvidenceBundle:
         """Wait (up to ``timeout`` seconds) and return the bundle; ``on_progress`` sees progress."""
         raise NotImplementedError
+
+    def write(self, lines_to: Path, turtle_to: Path | None, *, claims: CallerClaims | None = None,
+              form: str = "jsonl", timeout: float | None = None,
+              on_progress: Callable[[Progress], None] | None = None) -> Written:
+        """Wait as :meth:`bundle` does and write the bundle (with ``claims``) to ``lines_to`` in
+        ``form`` (``jsonl`` or indented ``json``) and its PROV as Turtle to ``turtle_to``, each under a
+        temporary name renamed when complete; what was written (status, error, summary) comes back.
+
+        A job that can do better writes as the bundle is made, never holding it whole: a PDF run
+        here in ranges (:class:`mediafleet.orchestrators.pdf_ranges.StreamedPdfJob`), a split job on
+        the fleet from its ranges' outcomes (:meth:`mediafleet.orchestrators.fleet_job.FleetJob.write`).
+
+        Raises:
+            TimedOut: the job did not finish within ``timeout``.
+            OSError: a file could not be written (nothing is left under either name).
+        """
+        from mediafleet.adapters.pdf_stream import written_whole
+
+        bundle = with_claims(self.bundle(timeout=timeout, on_progress=on_progress), claims)
+        return written_whole(bundle, lines_to, turtle_to, form)
 
 
 class DoneJob(Job):
@@ -75,6 +99,12 @@ class ClaimedJob(Job):
         self, timeout: float | None = None, on_progress: Callable[[Progress], None] | None = None
     ) -> EvidenceBundle:
         return with_claims(self.inner.bundle(timeout=timeout, on_progress=on_progress), self.claims)
+
+    def write(self, lines_to: Path, turtle_to: Path | None, *, claims: CallerClaims | None = None,
+              form: str = "jsonl", timeout: float | None = None,
+              on_progress: Callable[[Progress], None] | None = None) -> Written:
+        return self.inner.write(lines_to, turtle_to, claims=self.claims if claims is None else claims, form=form,
+                                timeout=timeout, on_progress=on_progress)
 
     def __getattr__(self, name: str) -> Any:  # cancel(), record() of a fleet job
         return getattr(self.inner, name)

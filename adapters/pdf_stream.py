@@ -1,46 +1,17 @@
-"""A long PDF's evidence bundle written as JSON Lines range by range, never held whole: in-process,
-or on the fleet from a split job's ranges' outcomes.
+"""A long PDF's evidence bundle written as JSON Lines (or indented JSON) range by range, never held
+whole: from ranges run in this process (:mod:`mediafleet.orchestrators.pdf_ranges`) or from a split
+job's ranges' outcomes on the fleet (:func:`write_joined_bundle`).
 
-One run holds the whole result and then the whole bundle until it is written: about 0.2 MB a page
-of 40 lines. Here the document is read in ranges of pages (the extractor's ``page_span``, as the
-fleet's split reads it: each range through :func:`mediafleet.workers.runner.run_request`, so every
-check and every failure is the runner's own), and each range's loci become Evidence node lines as
-soon as it is read. What the rest of the bundle needs of the whole run is carried as running values
-only: the locus count, the document text's length so far (a CharacterRange indexes the whole
-document's text), the OCR confidences (the claim's mean, summed in order as one run sums them), the
-checks every range passed, the producer (the OCR engine's when any range OCR'd a page), the first
-range's start and the last one's end, and for the printed summary the page, OCR and line counts
-and the first words. The stream (:mod:`mediafleet.adapters.stream`) is byte for byte
-``write_bundle_lines`` of the bundle one run gives:
-
-* the head and the artifact's nodes come first; each range's Evidence nodes follow as it is read;
-* then the claim and the activity, then the edges and the PROV entries: each locus's are a function
-  of its id alone, so they are made at the end from the derivation and the count, not held;
-* the claim, the activity, the artifact's nodes, the fixed edges and PROV entries and the forms of
-  the per-locus ones are taken from :func:`mediafleet.adapters.bundle.build_bundle` itself, run on
-  a one-page stand-in with the run's producer, checks and times (its counts set to the run's), so
-  this module spells none of them; each range's Evidence nodes are made by the builder
-  ``build_bundle`` makes its own with (:func:`mediafleet.adapters.bundle.evidence_properties`),
-  and checked against ``build_bundle``'s on the stand-in's three loci before anything is written.
-
-The locus ids hash the derivation, which names the producer's options: a page OCR'd in a later
-range adds the OCR engine's thread count to them. When that happens after the first ranges were
-written without it, the stream starts again with the engine's producer (the earlier ranges, read
-from the text layer, are read again; nothing else is).
-
-The bundle is written to a temporary name in the target's folder and renamed when complete; a
-range that fails gives the bundle one run gives for that failure (its error, the job's id), written
-the same way; an exception out of here (an interrupt, a disk that cannot take the file) leaves no
-file behind. The Turtle, when asked for, is written the same way from the same running values.
-
-On the fleet a long PDF runs as a split job (:mod:`mediafleet.workers.pdf.split`) whose ranges'
-outcomes are joined into one (``PagesPart.join``). :func:`write_joined_bundle` writes the bundle
-of that joined outcome from the ranges' outcomes, read one at a time in page order from wherever
-the caller keeps them (:class:`RangeOutcomes`: the waiting CLI reads them from the job's records),
-through the same writer: only the running values differ where the join's differ from one run's
-(the earliest start and the latest end; a check counts as passed only when every range passed it;
-the first range's outcome carries the head). A range it cannot have as it was joined (gone,
-failed, forged) writes nothing, and the caller reads the joined outcome instead.
+The file is byte for byte what :func:`mediafleet.adapters.stream.write_bundle_lines` (or
+``model_dump_json(indent=2)``) makes of the bundle one run gives. Each range's Evidence nodes are
+written as soon as it is read; what the rest of the bundle needs of the whole run is carried as
+running values only (counts, the document text's length, the OCR confidences' sum, the checks, the
+producer, the first start and the last end). The claim, the activity and every per-locus edge and
+PROV entry are taken from :func:`mediafleet.adapters.bundle.build_bundle` run on a one-page stand-in,
+so this module spells none of them. A page OCR'd after ranges were written without OCR changes the
+locus ids (they hash the producer's options): the stream starts again with the OCR producer. The
+file is written under a temporary name and renamed when complete. How it works and what it costs:
+docs/capabilities.md, "Long documents".
 """
 
 from __future__ import annotations
@@ -49,41 +20,31 @@ import os
 import secrets
 from array import array
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from pydantic import TypeAdapter
-
 from mediafleet.adapters.bundle import build_bundle, evidence_properties, with_claims
 from mediafleet.adapters.ids import LOCUS_PREFIX, locus_ref, locus_refs
 from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.prov import turtle_lines
-from mediafleet.adapters.verify import loci_valid
 from mediafleet.adapters.stream import edge_line, end_line, head_line, node_line, prov_line, write_bundle_lines
-from mediafleet.blobs.local import BlobStore
+from mediafleet.adapters.verify import loci_valid
 from mediafleet.contract.bundle import CallerClaims, EvidenceBundle
 from mediafleet.contract.common import Producer
 from mediafleet.contract.errors import MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
-from mediafleet.contract.manifest import Capability, Manifest, Modality
+from mediafleet.contract.manifest import Capability, Modality
 from mediafleet.contract.pdf import PdfPage, PdfResult
-from mediafleet.report.text import summary_lines
-from mediafleet.workers.pdf.split import JoinHead, page_count, ranges
+from mediafleet.workers.pdf.split import JoinHead
 from mediafleet.workers.registry import for_modality
-from mediafleet.workers.runner import run_request
 from mediafleet.workers.spec import ProgressFn
+from pydantic import TypeAdapter
 
-__all__ = ["RANGE_PAGES", "RangeOutcomes", "Written", "streams", "write_joined_bundle", "write_pdf_bundle"]
+from mediafleet.report.text import summary_lines
 
-RANGE_PAGES = 64
-"""Pages read at a time. Each range opens the document again (MuPDF parses its cross-reference
-table and page tree: about 12 ms of CPU for a 900-page PDF, more for a longer one), so shorter
-ranges cost time; a range's result (about 0.1 MB a page of 40 lines) is what is held meanwhile.
-On the generated 900-page PDF: ranges of 32 peak at 118 MB, of 64 at 120 MB, of 128 at 127 MB, one
-range at 197 MB (``benchmarks/pdf_memory.py``; 1,800 pages in ranges of 64: 124 MB)."""
+__all__ = ["RangeOutcomes", "RangeSource", "Written", "streams", "write_joined_bundle", "write_ranges", "written_whole"]
 
 _WORDS_KEPT = 200  # words of the document's first texts kept for the summary (it prints the first 14)
 
@@ -105,24 +66,6 @@ class Written:
     def summary_lines(self, name: str) -> list[str]:
         """What ``mediafleet extract`` prints for the bundle (:func:`mediafleet.report.text.summary_lines`)."""
         return self._summary(name)
-
-
-class _HashedOnce:
-    """The blob store, with the artifact's digest recomputed once for the whole run rather than
-    once per range: the first ``verified_path`` is the store's own (its checks, its errors) and is
-    held open until the run ends; later ones give the same path."""
-
-    def __init__(self, store: BlobStore, stack: ExitStack) -> None:
-        self._store, self._stack, self._paths = store, stack, {}
-
-    @contextmanager
-    def verified_path(self, digest: str) -> Iterator[Path]:
-        if digest not in self._paths:
-            self._paths[digest] = self._stack.enter_context(self._store.verified_path(digest))
-        yield self._paths[digest]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
 
 
 def _stand_in(producer: Producer, page_total: int) -> PdfResult:
@@ -241,63 +184,6 @@ class _Run:
             self.checks[name] = self.checks.get(name, True) and ok
 
 
-def write_pdf_bundle(
-    request: ExtractRequest,
-    capability: Capability,
-    manifest: Manifest,
-    store: BlobStore,
-    lines_to: Path,
-    *,
-    turtle_to: Path | None = None,
-    claims: CallerClaims | None = None,
-    progress: ProgressFn | None = None,
-    clock: Callable[[], datetime] | None = None,
-    range_pages: int = RANGE_PAGES,
-    form: str = "jsonl",
-) -> Written:
-    """Run ``request`` (an ``ocr_pdf`` job, :func:`streams`) here and write its bundle to
-    ``lines_to`` (and its PROV as Turtle to ``turtle_to``) as it is made.
-
-    The file is exactly what the bundle one run gives would be written as, with ``claims`` recorded
-    as :func:`mediafleet.adapters.bundle.with_claims` records them: ``write_bundle_lines`` of it
-    (``form="jsonl"``) or its ``model_dump_json(indent=2)`` (``form="json"``).
-
-    Args:
-        request: the admitted request (no span, no part): the whole document.
-        capability: its capability in the manifest in force, which must split it (:func:`streams`).
-        manifest: the manifest in force.
-        store: the blob store holding the artifact (its digest is recomputed once).
-        lines_to: the bundle's file; written under a temporary name in its folder, renamed when done.
-        turtle_to: where to write the PROV as Turtle, the same way (None: not written).
-        claims: the caller's claims for this call, recorded on the bundle.
-        progress: called with (pages done, pages) as ranges are read.
-        clock: the runner's clock (None: its own).
-        range_pages: pages read at a time.
-        form: ``jsonl`` (the stream form) or ``json`` (one JSON object, indented by two).
-
-    Returns:
-        The bundle's status and error, and its summary.
-
-    Raises:
-        OSError: a file could not be written (nothing is left under either name).
-    """
-    timing = {} if clock is None else {"clock": clock}
-    with ExitStack() as stack:
-        once = _HashedOnce(store, stack)
-        total = None
-        try:
-            with once.verified_path(request.artifact.digest) as path:
-                total = page_count(path)
-        except Exception:  # noqa: BLE001 - the runner says what is wrong, as for one run
-            total = None
-        if total is None or total == 0:
-            outcome = run_request(request, manifest=manifest, store=store, device=request.device, progress=progress,
-                                  **timing)
-            return _whole(with_claims(build_bundle(outcome, capability), claims), lines_to, turtle_to, form)
-        source = _Runs(request, manifest, once, ranges(total, range_pages), total, timing)
-        return _write(source, capability, claims, lines_to, turtle_to, form, progress)
-
-
 class RangeOutcomes(Protocol):
     """The outcomes of a split job's ranges, read one at a time (the fleet's: each range's record)."""
 
@@ -338,7 +224,7 @@ def write_joined_bundle(
     if not outcomes.spans:
         return None
     try:
-        return _write(_Reported(outcomes), capability, claims, lines_to, turtle_to, form, None)
+        return write_ranges(_Reported(outcomes), capability, claims, lines_to, turtle_to, form, None)
     except _NotJoinable:
         return None
 
@@ -347,28 +233,15 @@ class _NotJoinable(Exception):
     """A range's outcome is not one the job's join took as it is here (missing, failed, forged)."""
 
 
-class _Source(Protocol):
+class RangeSource(Protocol):
+    """Where a split document's ranges come from: run here (in-process) or as the fleet's parts reported them."""
+
     spans: list[Span]
     total: int
     joins: bool  # the head is the parts' join's (PagesPart.join), not one run's
     request: ExtractRequest | None  # the whole run's (in-process)
 
     def read(self, span: Span, progress: ProgressFn | None) -> Outcome: ...
-
-
-class _Runs:
-    """In-process: each range run here, through the runner."""
-
-    joins = False
-
-    def __init__(self, request: ExtractRequest, manifest: Manifest, store: Any, spans: list[Span], total: int,
-                 timing: dict[str, Any]) -> None:
-        self.request, self.manifest, self.store, self.spans, self.total, self.timing = (
-            request, manifest, store, spans, total, timing)
-
-    def read(self, span: Span, progress: ProgressFn | None) -> Outcome:
-        return run_request(self.request.model_copy(update={"span": span}), manifest=self.manifest, store=self.store,
-                           device=self.request.device, progress=progress, **self.timing)
 
 
 class _Reported:
@@ -393,7 +266,7 @@ class _Reported:
         return outcome
 
 
-def _write(source: _Source, capability: Capability, claims: CallerClaims | None, lines_to: Path,
+def write_ranges(source: RangeSource, capability: Capability, claims: CallerClaims | None, lines_to: Path,
            turtle_to: Path | None, form: str, progress: ProgressFn | None) -> Written:
     pinned: Producer | None = None
     while True:
@@ -403,7 +276,7 @@ def _write(source: _Source, capability: Capability, claims: CallerClaims | None,
                 pinned = done
                 continue
             if isinstance(done, EvidenceBundle):  # a range failed: the one-run failure's bundle
-                return _whole(done, lines_to, turtle_to, form)
+                return written_whole(done, lines_to, turtle_to, form)
             forms, run = done
             if turtle_to is not None:
                 _write_turtle(turtle_to, {"@context": forms.context, "@graph": _graph(forms, run)})
@@ -411,7 +284,7 @@ def _write(source: _Source, capability: Capability, claims: CallerClaims | None,
         return Written("ok", None, lambda name: _summary(name, forms, run))
 
 
-def _stream(source: _Source, capability: Capability, pinned: Producer | None, claims: CallerClaims | None,
+def _stream(source: RangeSource, capability: Capability, pinned: Producer | None, claims: CallerClaims | None,
             out: _Temp, form: str, progress: ProgressFn | None) -> Producer | EvidenceBundle | tuple[_Forms, _Run]:
     run = _Run()
     forms: _Forms | None = None
@@ -582,7 +455,7 @@ def _shifted(progress: ProgressFn | None, before: int, total: int) -> ProgressFn
     return shown
 
 
-def _whole(bundle: EvidenceBundle, lines_to: Path, turtle_to: Path | None, form: str) -> Written:
+def written_whole(bundle: EvidenceBundle, lines_to: Path, turtle_to: Path | None, form: str) -> Written:
     """Write a bundle held whole (a failure's, a few records; or a PDF whose pages cannot be counted)."""
     with _Temp(lines_to) as out:
         if form == "jsonl":
