@@ -18,15 +18,15 @@ from mediafleet.contract.errors import CapabilityRefused, ErrorCode, MediafleetE
 from mediafleet.contract.jobs import ExtractRequest, JobState
 from mediafleet.contract.manifest import Capability, DeviceClass, Manifest
 from mediafleet.discovery.hook import index_finished
-from mediafleet.orchestrators.fleet_job import FleetJob
-from mediafleet.orchestrators.job import Job, refused_job
 from mediafleet.fleet.keys import queue_lists
+from mediafleet.fleet.presence import live_workers
 from mediafleet.fleet.redis_client import eviction_warning
+from mediafleet.fleet.reports import report_part
 from mediafleet.fleet.store import JobStore
 from mediafleet.fleet.watches import Watch
-from mediafleet.fleet.presence import live_workers
+from mediafleet.orchestrators.fleet_job import FleetJob
+from mediafleet.orchestrators.job import Job, refused_job
 from mediafleet.settings import Settings
-from mediafleet.fleet.reports import report_part
 from mediafleet.workers.parts import plan, probe
 
 if TYPE_CHECKING:
