@@ -385,11 +385,13 @@ def main() -> None:
         results["voices"] = {name: len(clips) for name, clips in real.items()}
         results["families"]["asterisk-prompts (real)"] = family("real", real, sizes, args.conversations, args.turns,
                                                                 rng, Path(tmp))
+        write_results("speakers", results)  # kept as it goes: each family is minutes of Whisper
         if args.espeak:
             need_tools("espeak-ng", why="for the synthetic family")
             synthetic = espeak_voices(30, rng)
             results["families"]["espeak-ng (synthetic)"] = family("espeak", synthetic, sizes, args.conversations,
                                                                   args.turns, rng, Path(tmp))
+            write_results("speakers", results)
         if args.hours > 0:
             results["memory"] = two_hours(real, args.hours, rng)
     rows = [("family", "DER estimated", "DER speakers=N", "DER one speaker", "DER oracle segments", "count right", "CPU s/speech min (speakers)",

@@ -180,6 +180,20 @@ def test_a_short_run_of_words_is_not_a_turn_of_its_own() -> None:
     del turns
 
 
+def test_a_short_reply_of_whole_sentences_is_a_turn_of_its_own() -> None:
+    from mediafleet.workers.audio.speaker_turns import _smooth
+
+    # "...was placed." by one voice, then "Excellent." (500 ms) by the other, in one segment
+    words = [(0, 400, " Every"), (500, 900, " box"), (1000, 1400, " was"), (1500, 1900, " placed."),
+             (2000, 2500, " Excellent.")]
+    segment = _segment(0, 2500, words)
+    assert _smooth(segment.words, [0, 0, 0, 0, 1]) == [0, 0, 0, 0, 1]
+    # the same 500 ms inside a sentence is no turn: it takes its neighbour's speaker
+    words[3] = (1500, 1900, " placed")
+    assert _smooth(_segment(0, 2500, words).words, [0, 0, 0, 0, 1]) == [0, 0, 0, 0, 0]
+    assert _smooth(segment.words, [0, 0, 1, 0, 0]) == [0, 0, 0, 0, 0]
+
+
 def test_no_segments_no_speakers_and_no_voices_one_speaker() -> None:
     assert label_segments([], np.zeros((0, 256), np.float32), np.zeros(0, int), np.zeros(0, int), None) == ([], 0)
     labelled, count = label_segments([_segment(0, 1000, [(0, 900, " hi")])], np.zeros((0, 256), np.float32),

@@ -15,7 +15,8 @@ never the audio. At the end, :func:`label_segments`:
    :data:`MIN_SPEECH_PARTIALS` partials is folded into the nearest other one;
 3. gives each word the speaker whose centroid its nearby partials (those covering its midpoint,
    nearer ones weighing more) are most like; a run of words shorter than :data:`MIN_TURN_MS`
-   inside a segment takes its longer neighbour's speaker;
+   inside a segment takes its longer neighbour's speaker, unless it is whole sentences (Whisper
+   punctuates: a short reply such as "Excellent." stays a turn of its own);
 4. splits a segment where its words change speaker, at the word boundary, and names speakers
    ``S1``, ``S2``, ... in the order they first speak.
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mediafleet.contract.audio import AudioSegment, AudioWord
+from mediafleet.workers.audio.sentences import ends_sentence
 from mediafleet.workers.audio.speaker_encoder import partials
 from mediafleet.workers.audio.speaker_weights import EncoderWeights
 from mediafleet.workers.audio.vad import Window
@@ -208,8 +210,17 @@ def _word_speakers(spans: list[tuple[int, int]], scores: np.ndarray, starts: np.
     return out
 
 
+def _whole_sentences(words: list[AudioWord], first: int, last: int) -> bool:
+    """Whether words ``first``..``last`` are whole sentences: a sentence ends before them (or they
+    start the segment) and at their last word (or they end it)."""
+    before = first == 0 or ends_sentence(words[first - 1].word, words[first].word)
+    after = last == len(words) - 1 or ends_sentence(words[last].word, words[last + 1].word)
+    return before and after
+
+
 def _smooth(words: list[AudioWord], speakers: list[int]) -> list[int]:
-    """Runs shorter than MIN_TURN_MS take the speaker of their longer neighbouring run."""
+    """Runs shorter than MIN_TURN_MS take the speaker of their longer neighbouring run, unless they
+    are whole sentences (a short reply, "Excellent.", is a turn of its own)."""
     speakers = list(speakers)
     while True:
         runs: list[tuple[int, int]] = []  # [first, last] word indexes
@@ -221,9 +232,10 @@ def _smooth(words: list[AudioWord], speakers: list[int]) -> list[int]:
         if len(runs) < 2:
             return speakers
         length = [words[last].end_ms - words[first].start_ms for first, last in runs]
-        shortest = min(range(len(runs)), key=lambda r: (length[r], r))
-        if length[shortest] >= MIN_TURN_MS:
+        short = [r for r in range(len(runs)) if length[r] < MIN_TURN_MS and not _whole_sentences(words, *runs[r])]
+        if not short:
             return speakers
+        shortest = min(short, key=lambda r: (length[r], r))
         neighbours = [r for r in (shortest - 1, shortest + 1) if 0 <= r < len(runs)]
         into = max(neighbours, key=lambda r: (length[r], -r))
         first, last = runs[shortest]
