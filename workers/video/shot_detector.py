@@ -62,6 +62,7 @@ __all__ = [
     "frame_signals",
     "margin",
     "max_transition_frames",
+    "share_margin",
     "thumb_size",
 ]
 
@@ -132,6 +133,14 @@ def margin(measured: float, threshold: float) -> float:
     if measured <= 0 or threshold <= 0:
         return CONFIDENCE_CAP if measured > 0 or threshold <= 0 else 0.5
     return round(min(CONFIDENCE_CAP, max(0.5, 1.0 - 0.5 * threshold / measured)), 3)
+
+
+def share_margin(measured: float, threshold: float) -> float:
+    """The confidence a share's margin gives (a measurement that cannot pass 1): 0.5 where it just
+    meets its threshold, rising linearly to 1 at a share of 1, at most :data:`CONFIDENCE_CAP`."""
+    if threshold >= 1.0:
+        return 0.5
+    return round(min(CONFIDENCE_CAP, max(0.5, 0.5 + 0.5 * (measured - threshold) / (1.0 - threshold))), 3)
 
 
 def max_transition_frames(width: int, height: int) -> int:
@@ -420,7 +429,7 @@ class CombinedDetector:
         if confidence is None or self._mad[t] >= SHIFT_MAD_MAX:
             return confidence
         left = self._shift_left(t)
-        return None if left < SHIFT_LEFT else min(confidence, margin(left, SHIFT_LEFT))
+        return None if left < SHIFT_LEFT else min(confidence, share_margin(left, SHIFT_LEFT))
 
     def _frame_cut(self, t: int) -> float | None:
         """A step of the whole picture at ``t`` (see the module's docstring), with its confidence."""
@@ -460,7 +469,7 @@ class CombinedDetector:
                 kept = min(kept, _mad(frames[t - 1 - j].thumb8, after))
             if kept < need:
                 return None
-        confidence = min(confidence, margin(kept, need))
+        confidence = min(confidence, share_margin(min(1.0, kept / mad), PERSIST))
         if mad >= STRONG_MAD:
             return confidence
         # A small step must move some pixels far (a codec's refresh shifts every pixel a little) and
@@ -512,8 +521,8 @@ class CombinedDetector:
             if kept < LOCAL_KEEP or moving > LOCAL_STILL:
                 return None
         self._region = new
-        return min(margin(changed / moved.size, LOCAL_MIN), margin(kept, LOCAL_KEEP),
-                   margin(LOCAL_STILL, max(moving, 1e-3)))
+        return min(margin(changed / moved.size, LOCAL_MIN), share_margin(kept, LOCAL_KEEP),
+                   share_margin(1.0 - moving, 1.0 - LOCAL_STILL))
 
     def _shift_left(self, t: int) -> float:
         """The share of the pixels moved at ``t`` that the best vertical or horizontal shift of frame
@@ -691,8 +700,8 @@ class CombinedDetector:
         dissolve, wipe = dissolve / len(picks), wipe / len(picks)
         if min(dissolve, wipe) > RESIDUAL_MAX * change:
             return None
-        candidate.confidence = min(margin(change, least), margin(change, STRAIGHT_MIN * path),
-                                   margin(RESIDUAL_MAX * change, max(min(dissolve, wipe), 1e-3)))
+        candidate.confidence = min(margin(change, least), share_margin(min(1.0, change / path), STRAIGHT_MIN),
+                                   share_margin(1.0 - min(dissolve, wipe) / change, 1.0 - RESIDUAL_MAX))
         (low, side), (high, _) = sorted(((self._std[first - 1], first - 1), (self._std[last + 1], last + 1)))
         if low < FADE_SHARE * high and self._uniform(side):  # one side near-uniform: a fade in or out
             return "fade"
