@@ -108,7 +108,8 @@ def serve_mcp_command(args: argparse.Namespace, settings: Any, manifest: Any) ->
     # stdout is the MCP wire under stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from mediafleet.dispatch import Dispatcher
-    from mediafleet.mcp.server import DEFAULT_MAX_INLINE_BYTES, DEFAULT_REGION_CROPS, SidecarTools, serve
+    from mediafleet.mcp.server import DEFAULT_MAX_INLINE_BYTES, DEFAULT_REGION_CROPS, SidecarTools
+    from mediafleet.mcp.serving import serve
 
     wait = _wait(args, manifest)
     if not settings.engine_owner_scopes():
