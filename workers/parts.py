@@ -31,21 +31,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from pydantic import BaseModel, ValidationError
-
 from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.verify import loci_valid
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, IntegrityError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.results import OPTIONS_BY_MODALITY
+from pydantic import BaseModel, ValidationError
 
-__all__ = ["PartKind", "Planned", "decides", "head_of", "join", "join_inline", "kind_of", "named_job_id", "narrow",
-           "options_for", "own_part", "part_capabilities", "plan", "probe", "report_head", "verify_result",
-           "within_manifest"]
+__all__ = ["PartKind", "Planned", "ReportsGone", "decides", "head_of", "join", "join_inline", "kind_of", "named_job_id", "narrow", "options_for", "own_part", "part_capabilities", "plan", "probe", "report_head", "verify_result", "within_manifest"]
 
 Planned = tuple[ExtractRequest, dict[str, ExtractRequest]]
 """The job's own request (a split's first range) and its parts' requests by part name."""
+
+
+class ReportsGone(RuntimeError):
+    """A streamed outcome's sources (its parts' reports) went from the record while it was being
+    written: another writer finished the record first (finishing drops the reports in the same
+    step), so this write is the one that loses, and :meth:`JobStore.finish` stores nothing."""
 
 
 class PartKind(Protocol):

@@ -23,13 +23,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import BaseModel, TypeAdapter
-
+from mediafleet.contract.common import Producer
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
-from mediafleet.contract.common import Producer
 from mediafleet.contract.pdf import PdfPage, PdfResult
+from mediafleet.workers.parts import ReportsGone
+from pydantic import BaseModel, TypeAdapter
 
 __all__ = ["PAGES", "JoinHead", "JoinedPages", "PagesPart", "page_count", "ranges"]
 
@@ -186,8 +186,6 @@ def _pages_of(reported: Mapping[str, Outcome | None], name: str) -> Callable[[],
     def pages() -> list[PdfPage]:
         report = reported[name]
         if report is None or not isinstance(report.result, PdfResult):
-            from mediafleet.fleet.store import ReportsGone
-
             raise ReportsGone(f"the report of {name} went while the joined outcome was written")
         return report.result.pages
 

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.fleet import scripts as jobscripts
-from mediafleet.fleet.deliveries import (MAX_DELIVERIES, Started, delivery_taker, started_reply,
-                                         task_result_writer)
+from mediafleet.fleet.deliveries import MAX_DELIVERIES, Started, delivery_taker, started_reply, task_result_writer
 from mediafleet.fleet.keys import CELERY_RESULT, HELD, STARTED, SWEEP, finished_channel, job_key, queue_lists
 from mediafleet.fleet.records import ENDED, FINAL, JobRecord, notice_bytes, notice_fields, text
 from mediafleet.fleet.redis_client import RETRY_S, eviction_warning, redis_client
 from mediafleet.fleet.replication import hold, replica_acks
 from mediafleet.fleet.signing import OutcomeSigner, signed_text
 from mediafleet.fleet.watches import IdleWatches, Watch
+from mediafleet.workers.parts import ReportsGone
 
 if TYPE_CHECKING:
     from mediafleet.blobs.protocol import BlobStore
@@ -56,12 +56,6 @@ __all__ = ["INLINE_OUTCOME_MAX_BYTES", "MAX_DELIVERIES", "Claim", "JobRecord", "
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).
 # The settings' ``outcome_inline_max_bytes`` overrides it for a process.
 INLINE_OUTCOME_MAX_BYTES = 1 << 20
-
-
-class ReportsGone(RuntimeError):
-    """A streamed outcome's sources (its parts' reports) went from the record while it was being
-    written: another writer finished the record first (finishing drops the reports in the same
-    step), so this write is the one that loses, and :meth:`JobStore.finish` stores nothing."""
 
 
 class StreamedOutcome(Protocol):
