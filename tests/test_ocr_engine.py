@@ -148,9 +148,9 @@ def test_unsure_parts_run_from_word_gap_to_word_gap() -> None:
 
 
 def test_a_plain_word_unsure_of_a_letter_without_a_look_alike_is_not_read_again() -> None:
-    from mediafleet.workers.ocr.reread import unsure_parts
+    from mediafleet.workers.ocr.reread import unsure_parts, worth_reading
 
-    def parts(word: str, unsure: int) -> list[tuple[float, float]]:
+    def read_again(word: str, unsure: int) -> bool:
         # "the <word> end", each character 10 px, words 30 px apart; one unsure character in <word>
         chars = list(f"the {word} end")
         spans, x = [], 0.0
@@ -158,15 +158,18 @@ def test_a_plain_word_unsure_of_a_letter_without_a_look_alike_is_not_read_again(
             spans.append((x, x) if c == " " else (x, x + 10))
             x += 15 if c == " " else 10
         probs = [0.5 if i == 4 + unsure else 1.0 for i in range(len(chars))]
-        return unsure_parts(Decoded(chars=chars, probs=probs, spans=spans), int(x))
+        line = Decoded(chars=chars, probs=probs, spans=spans)
+        (part,) = unsure_parts(line, int(x))  # the word is unsure either way
+        return worth_reading(line, part)
 
-    assert parts("header", 1) == []  # "e": no other character looks like it
-    assert parts("header,", 6) == []  # the closing comma of a plain word
-    assert parts("field", 1) != []  # "i" passes for "l" and "1"
-    assert parts("version", 0) != []  # "v" is "V" but for its size
-    assert parts("Header", 1) != []  # a capital: names and sentence starts are read again
-    assert parts("heade0", 1) != []  # a digit in the word
-    assert parts("head()", 1) != []  # a symbol in the word
+    assert not read_again("header", 1)  # "e": no other character looks like it
+    assert not read_again("header,", 2)  # a plain word with a closing comma
+    assert read_again("header:", 6)  # the unsure mark itself: "::" in reST
+    assert read_again("field", 1)  # "i" passes for "l" and "1"
+    assert read_again("version", 0)  # "v" is "V" but for its size
+    assert read_again("Header", 1)  # a capital: names and sentence starts are read again
+    assert read_again("heade0", 1)  # a digit in the word
+    assert read_again("head()", 1)  # a symbol in the word
 
 
 def test_a_reread_part_replaces_the_fast_reading_there() -> None:
@@ -210,12 +213,27 @@ def test_the_detector_gets_rapidocrs_own_input_and_finds_its_lines() -> None:
     for k, text in enumerate(["Located evidence", "of scanned pages", "read line by line"]):
         cv2.putText(page, text, (40, 120 + 90 * k), cv2.FONT_HERSHEY_SIMPLEX, 1.2, (0, 0, 0), 2)
     page[::7, ::5] = 200  # some grey, so more than two values go through the table
-    engine._detect(page)
     pre = engine._det.get_preprocess(900)
-    resized = pre.resize(page)
-    assert np.array_equal(cv2.LUT(resized, engine._det_lut).transpose(2, 0, 1)[None], pre(page))
+    seen = []
+    infer = engine._det.infer
+    engine._det.infer = lambda x: seen.append(x.copy()) or infer(x)
+    try:
+        engine._detect(page)
+    finally:
+        engine._det.infer = infer
+    assert seen[0].dtype == np.float32 and np.array_equal(seen[0], pre(page))  # RapidOCR's own input, bit for bit
     ours, (theirs, _) = engine._detect(page), engine._det(page)
     assert len(ours) == 3 and np.array_equal(ours, theirs)
+
+
+def test_the_recognisers_get_rapidocrs_own_input() -> None:
+    engine = OcrEngine(threads=1)
+    for text, width in (("Located evidence of it", 520), ("it", 60)):
+        crop = _printed(text, width=width)
+        crop[::5, ::3] = 90  # greys, so many values go through the table
+        for ratio in (320 / 48, crop.shape[1] / crop.shape[0] * 1.5, crop.shape[1] / crop.shape[0]):
+            theirs = engine._rec.resize_norm_img(crop, ratio)[None].astype(np.float32)
+            assert np.array_equal(engine._input([crop], ratio), theirs)
 
 
 def test_the_widest_gap_is_the_longest_run_of_ink_free_columns() -> None:

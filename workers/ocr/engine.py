@@ -44,7 +44,7 @@ from mediafleet.contract.errors import Unavailable
 from mediafleet.contract.manifest import DeviceClass
 from mediafleet.workers.engines import engine_config
 from mediafleet.workers.ocr.ctc import Decoded, decode
-from mediafleet.workers.ocr.reread import cuts, splice, unsure_parts
+from mediafleet.workers.ocr.reread import cuts, splice, unsure_parts, worth_reading
 from mediafleet.workers.ocr.spacing import with_spaces
 
 __all__ = ["ENGINE", "OcrEngine", "get_engine"]
@@ -276,13 +276,14 @@ class OcrEngine:
         if not fast.chars:
             return self._read(self._rec.session.session, self._charset, [crop], [0])[0]
         height, width = crop.shape[:2]
-        parts = unsure_parts(with_spaces(fast, crop), width)
-        if not parts:  # sure of every word but its spaces, or unsure only of plain words: it stands
-            return fast
+        spaced = with_spaces(fast, crop)
         readings = []
-        for x0, x1, within in cuts(parts, width, height):
-            read = self._read_cut(crop[:, x0:x1], x0)
-            readings.extend((part, read) for part in within)
+        for x0, x1, within in cuts(unsure_parts(spaced, width), width, height):
+            if any(worth_reading(spaced, part) for part in within):
+                read = self._read_cut(crop[:, x0:x1], x0)
+                readings.extend((part, read) for part in within)
+        if not readings:  # sure of every word but its spaces, or unsure only of plain words: it stands
+            return fast
         return splice(fast, readings, EDGE)
 
     def _read_cut(self, cut: np.ndarray, x0: int) -> Decoded:

@@ -5,13 +5,6 @@ is mostly right, so only its unsure words are read again: those holding a charac
 probability under ``UNSURE_CHAR``. A word is a run of characters between spaces once the spacing
 step (:mod:`mediafleet.workers.ocr.spacing`) has put back the ones the fast recogniser dropped.
 
-A word of small Latin letters (a closing ``,.;:`` allowed) whose unsure letters all have no
-look-alike (none of ``LOOK_ALIKE``: ``i`` and ``l``, which pass for each other and for ``1`` and
-``I``, and the letters whose capital differs only in size) is kept as read: the small recogniser
-read every such word the same on the pages the rule was set on, so reading it costs time and
-cannot change the answer. A digit, a capital, a symbol or a look-alike letter among the unsure
-ones sends the word to be read again (``O;`` for ``0;``, ``familyiang`` for ``familylang``).
-
 An unsure word (or a run of them) owns the line from the middle of the gap before it to the middle
 of the gap after it (the line's ends for the first and the last), and the small recogniser reads
 that part with ``CONTEXT`` line heights of the line on each side (it reads a word cut at its ink
@@ -19,6 +12,15 @@ worse). Parts whose widened cuts come closer than ``MERGE`` line heights are rea
 line unsure throughout is one cut: the whole line). Of each reading only the characters whose
 middle falls inside the part they were read for are kept; they replace the fast reading's
 characters there, with a space on each side that borders the rest of the line.
+
+A cut is not read at all when every unsure word in it is a plain word of small Latin letters (a
+closing ``,.;:`` allowed) whose unsure characters are all letters without a look-alike (none of
+``LOOK_ALIKE``: ``i`` and ``l``, which pass for each other and for ``1`` and ``I``, and the letters
+whose capital differs only in size): the small recogniser read every such word the same on the
+pages the rule was set on, so reading it costs time and cannot change the answer. A digit, a
+capital, a symbol, an unsure punctuation mark or a look-alike letter sends the cut to be read
+(``O;`` for ``0;``, ``familyiang`` for ``familylang``, ``encoding:`` for ``encoding::``). The cuts are
+made from all the unsure words as before, so a word that is read has the context it had.
 
 What each setting was measured to cost and give is in ``docs/ocr.md``.
 """
@@ -29,7 +31,7 @@ import math
 
 from mediafleet.workers.ocr.ctc import Decoded
 
-__all__ = ["CONTEXT", "LOOK_ALIKE", "MERGE", "UNSURE_CHAR", "Part", "cuts", "splice", "unsure_parts"]
+__all__ = ["CONTEXT", "LOOK_ALIKE", "MERGE", "UNSURE_CHAR", "Part", "cuts", "splice", "unsure_parts", "worth_reading"]
 
 UNSURE_CHAR = 0.9
 CONTEXT = 0.5
@@ -58,16 +60,27 @@ def _words(line: Decoded) -> list[tuple[int, int]]:
     return out
 
 
-def _unsure(spaced: Decoded, first: int, last: int) -> bool:
-    """Whether the word ``chars[first..last]`` is to be read again (see the module's docstring)."""
-    doubts = [i for i in range(first, last + 1) if spaced.probs[i] < UNSURE_CHAR]
-    if not doubts:
-        return False
+def _needs_reading(spaced: Decoded, first: int, last: int) -> bool:
+    """Whether the unsure word ``chars[first..last]`` can read differently: not a plain word of
+    small letters whose unsure characters are all letters without a look-alike."""
     chars = spaced.chars[first:last + 1]
     if chars[-1] in _PLAIN_END:
         chars = chars[:-1]
-    plain = bool(chars) and all("a" <= c <= "z" for c in chars)
-    return not plain or any(spaced.chars[i] in LOOK_ALIKE for i in doubts)
+    if not chars or not all("a" <= c <= "z" for c in chars):
+        return True
+    doubts = [spaced.chars[i] for i in range(first, last + 1) if spaced.probs[i] < UNSURE_CHAR]
+    return any(c in LOOK_ALIKE or not "a" <= c <= "z" for c in doubts)
+
+
+def worth_reading(spaced: Decoded, part: Part) -> bool:
+    """Whether ``part`` of the line holds an unsure word whose reading can change (see the
+    module's docstring); a cut whose parts hold none is not read."""
+    a, b = part
+    for first, last in _words(spaced):
+        middle = (spaced.spans[first][0] + spaced.spans[last][1]) / 2
+        if a <= middle <= b and min(spaced.probs[first:last + 1]) < UNSURE_CHAR and _needs_reading(spaced, first, last):
+            return True
+    return False
 
 
 def unsure_parts(spaced: Decoded, width: int) -> list[Part]:
@@ -79,7 +92,7 @@ def unsure_parts(spaced: Decoded, width: int) -> list[Part]:
     """
     words = _words(spaced)
     extent = [(spaced.spans[a][0], spaced.spans[b][1]) for a, b in words]
-    unsure = [_unsure(spaced, a, b) for a, b in words]
+    unsure = [min(spaced.probs[a:b + 1]) < UNSURE_CHAR for a, b in words]
     parts: list[Part] = []
     k = 0
     while k < len(words):
