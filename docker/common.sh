@@ -7,7 +7,7 @@
 # content (trailing newlines dropped) becomes NAME. Files keep secrets out of `docker inspect`,
 # `kubectl describe` and process listings. (MEDIAFLEET_MANIFEST_FILE and MEDIAFLEET_SETTINGS_FILE
 # are settings that name files, not secrets, hence the explicit list.)
-MEDIAFLEET_SECRETS="MEDIAFLEET_REDIS_PASSWORD FLOWER_BASIC_AUTH AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY"
+MEDIAFLEET_SECRETS="MEDIAFLEET_REDIS_PASSWORD MEDIAFLEET_SENTINEL_PASSWORD FLOWER_BASIC_AUTH AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY"
 
 mf_fail() {
     code=$1

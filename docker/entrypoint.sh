@@ -9,7 +9,7 @@
 #                   that `mediafleet` command (e.g. `docker compose run --rm cli status`)
 #   anything else   run as given
 #
-# Secrets may come from files: MEDIAFLEET_REDIS_PASSWORD_FILE, FLOWER_BASIC_AUTH_FILE,
+# Secrets may come from files: MEDIAFLEET_REDIS_PASSWORD_FILE, MEDIAFLEET_SENTINEL_PASSWORD_FILE, FLOWER_BASIC_AUTH_FILE,
 # AWS_ACCESS_KEY_ID_FILE, AWS_SECRET_ACCESS_KEY_FILE (see common.sh). Settings are the
 # MEDIAFLEET_* variables of the README; nothing here prints a secret.
 set -eu

@@ -68,7 +68,7 @@ def test_a_broker_that_is_not_a_redis_url(broker: str, pdf: Path, tmp_path: Path
 
 def test_worker_takes_broker_like_the_other_subcommands(tmp_path: Path) -> None:
     assert_mistake(run("worker", "--broker", "localhost:6379", tmp_path=tmp_path), tmp_path,
-                   "mediafleet worker: --broker 'localhost:6379' is not a redis:// or rediss:// URL")
+                   "mediafleet worker: --broker 'localhost:6379' is not a redis://, rediss:// or sentinel:// URL")
     assert_mistake(run("status", tmp_path=tmp_path, env={"MEDIAFLEET_BROKER_URL": "amqp://host"}), tmp_path,
                    "MEDIAFLEET_BROKER_URL 'amqp://host' is not a redis://")
 

@@ -50,7 +50,7 @@ def _ha_fleet(ha: SentinelCluster, fleet_env: dict[str, str], start_worker: Any,
     env = {"MEDIAFLEET_BROKER_URL": ha.broker_url, "MEDIAFLEET_SENTINEL_MASTER": MASTER_NAME,
            "MEDIAFLEET_MANIFEST_FILE": str(manifest)}
     for _ in range(2):
-        start_worker("--concurrency=2", module="tests.chaos.sentinel_worker", env=env)
+        start_worker("--concurrency=2", module="tests.faulty_worker", env=env)
     return Dispatcher(Settings(broker_url=ha.broker_url, sentinel_master=MASTER_NAME, manifest_file=manifest,
                                blob_root=Path(fleet_env["MEDIAFLEET_BLOB_ROOT"])))
 

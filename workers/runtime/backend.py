@@ -43,7 +43,7 @@ class FleetRedisBackend(RedisBackend):  # type: ignore[misc]
         otherwise store its failure over the task of a later submission of the same job, whose
         waiters would read it as theirs and fail without the job having run (found with Redis away
         for 40 s under running jobs). The check and the write are one step in Redis
-        (:func:`mediafleet.fleet.store.task_result_writer`). Tasks without a token write as Celery does.
+        (:func:`mediafleet.fleet.deliveries.task_result_writer`). Tasks without a token write as Celery does.
         """
         kwargs_of_task = getattr(request, "kwargs", None)
         token = kwargs_of_task.get("token") if isinstance(kwargs_of_task, dict) else None

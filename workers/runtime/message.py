@@ -16,7 +16,7 @@ from kombu.utils import json as kombu_json
 from mediafleet.contract.jobs import ExtractRequest
 from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.workers.runtime.names import EXTRACT_TASK
-from mediafleet.workers.runtime.transport import MADE, TRANSPORT, NotKept
+from mediafleet.workers.runtime.transport import MADE, SENTINEL_TRANSPORT, TRANSPORT, NotKept
 
 __all__ = ["extract_message", "redis_priority", "send_extract", "visibility_timeout_s"]
 
@@ -74,7 +74,7 @@ def extract_message(app: Celery, request: ExtractRequest, capability: Capability
     transport, the app sends task-sent events, or a publish signal has receivers (each of those
     goes out once per message made, and a candidate's message may never be pushed).
     """
-    if app.conf.broker_transport != TRANSPORT or app.conf.task_send_sent_event or any(
+    if app.conf.broker_transport not in (TRANSPORT, SENTINEL_TRANSPORT) or app.conf.task_send_sent_event or any(
             signal.receivers for signal in (signals.before_task_publish, signals.after_task_publish, signals.task_sent)):
         return None
     in_task = app.current_worker_task is not None

@@ -140,7 +140,7 @@ class _FleetQoS(kombu_redis.QoS):  # type: ignore[misc]
         """Records a delivery the consumer has just taken off its queue.
 
         A fleet task's delivery (a plain JSON message, in a worker whose consumer counts them) is
-        counted in its job's record by the same step (:func:`mediafleet.fleet.store.delivery_taker`),
+        counted in its job's record by the same step (:func:`mediafleet.fleet.deliveries.delivery_taker`),
         and the count handed to the pool process in the message's :data:`TAKEN_HEADER`: the
         record's start costs no round trip of its own before the job runs (0.3-0.5 ms of a
         one-page job's round trip on 2 cores). The header is added after the delivery is recorded,
@@ -214,7 +214,7 @@ class _FleetChannel(kombu_redis.Channel):  # type: ignore[misc]
     _taker: tuple[Any, Callable[..., Any]] | None = None
 
     def taker(self) -> Callable[..., Any]:
-        """:func:`mediafleet.fleet.store.delivery_taker` on this channel's client, made once per client."""
+        """:func:`mediafleet.fleet.deliveries.delivery_taker` on this channel's client, made once per client."""
         with self.conn_or_acquire() as client:
             if self._taker is None or self._taker[0] is not client:
                 options = self.connection.client.transport_options  # behind Sentinel: replicas to wait for

@@ -179,7 +179,7 @@ def collect_garbage(
 
 def _redis_for(settings: Settings) -> Any:
     url = settings.backend()
-    if url is None or not url.startswith(("redis://", "rediss://")):
+    if url is None or not url.startswith(("redis://", "rediss://", "sentinel://")):
         return None
     from mediafleet.fleet.redis_client import redis_client
 

@@ -23,12 +23,13 @@ def _broker_problem(url: str, where: str) -> str | None:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    if parts.scheme in ("redis", "rediss") and parts.hostname:
+    if parts.scheme in ("redis", "rediss", "sentinel") and parts.hostname:
         return None
     shown = f" {url!r}" if "@" not in url and len(url) < 80 else ""  # never echo a password
-    if parts.scheme in ("redis", "rediss"):
+    if parts.scheme in ("redis", "rediss", "sentinel"):
         return f"{where}{shown} names no host (e.g. redis://localhost:6379/0)"
-    return f"{where}{shown} is not a redis:// or rediss:// URL (e.g. redis://localhost:6379/0)"
+    return (f"{where}{shown} is not a redis://, rediss:// or sentinel:// URL (e.g. redis://localhost:6379/0, or "
+            "sentinel://host:26379;sentinel://host2:26379 with MEDIAFLEET_SENTINEL_MASTER)")
 
 
 def _settings_problem(exc: BaseException) -> str:

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.fleet import scripts as jobscripts
-from mediafleet.fleet.deliveries import MAX_DELIVERIES, Started, delivery_taker, started_reply, task_result_writer
-from mediafleet.fleet.keys import CELERY_RESULT, HELD, STARTED, SWEEP, finished_channel, job_key, queue_lists
+from mediafleet.fleet.deliveries import Started, started_reply
+from mediafleet.fleet.keys import CELERY_RESULT, HELD, STARTED, SWEEP, finished_channel, job_key
 from mediafleet.fleet.records import ENDED, FINAL, JobRecord, notice_bytes, notice_fields, text
-from mediafleet.fleet.redis_client import RETRY_S, eviction_warning, redis_client
+from mediafleet.fleet.redis_client import RETRY_S, redis_client
 from mediafleet.fleet.replication import hold, replica_acks
 from mediafleet.fleet.signing import OutcomeSigner, signed_text
 from mediafleet.fleet.watches import IdleWatches, Watch
@@ -47,10 +47,7 @@ if TYPE_CHECKING:
     from mediafleet.blobs.protocol import BlobStore
     from mediafleet.settings import Settings
 
-# Re-exported while workers/ is being moved (issue 40's layout-2): its modules still import these from here.
-__all__ = ["INLINE_OUTCOME_MAX_BYTES", "MAX_DELIVERIES", "Claim", "JobRecord", "JobStore", "MessageFn",
-           "OutcomeSigner", "ReportsGone", "Started", "StreamedOutcome", "Watch", "delivery_taker", "eviction_warning",
-           "finished_channel", "queue_lists", "redis_client", "task_result_writer", "whole"]
+__all__ = ["INLINE_OUTCOME_MAX_BYTES", "Claim", "JobStore", "MessageFn", "StreamedOutcome", "whole"]
 
 # An outcome whose JSON is larger than this is kept in the blob store and only referenced from its
 # record (a 900-page PDF's is ~95 MB: held in Redis memory, and read back whole by every waiter).

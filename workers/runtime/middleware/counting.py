@@ -7,7 +7,7 @@ from datetime import datetime
 
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import JobState, Outcome
-from mediafleet.fleet.store import MAX_DELIVERIES
+from mediafleet.fleet.deliveries import MAX_DELIVERIES
 from mediafleet.workers.runtime.middleware.delivery import Delivery, Middleware, Skip, utc_now
 
 __all__ = ["DeliveryCounting", "DeliveryLimit"]

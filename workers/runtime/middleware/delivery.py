@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
-from mediafleet.fleet.store import JobStore, Started
+from mediafleet.fleet.deliveries import Started
+from mediafleet.fleet.store import JobStore
 from mediafleet.workers.spec import ProgressFn
 
 __all__ = ["Delivery", "Middleware", "Skip", "run_chain", "utc_now"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from mediafleet.fleet.unreachable import redis_away_errors
+from mediafleet.fleet.redis_client import redis_away_errors
 from mediafleet.workers.registry import progress_unit
 from mediafleet.workers.runtime.middleware.delivery import Delivery, Middleware
 
