@@ -3,7 +3,9 @@
 #   Debian: redis-server and postgresql (the tests start their own on free loopback ports), ffmpeg, espeak-ng,
 #   docker.io, docker-compose and debootstrap (the container test starts its own dockerd when none runs).
 #   Python: this package with every extra, into ./.venv.
-# Extra arguments go to pytest.
+# Extra arguments go to pytest. The suite runs on MEDIAFLEET_TEST_WORKERS processes (default 2; 0 runs it
+# serially), one test file per process at a time (pytest-xdist, --dist loadfile), unless the arguments
+# choose (-n N, -p no:xdist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,4 +30,9 @@ fi
 # import (opencv-python without libGL), the headless build is put back over it (docs/install.md).
 bash requirements/install.sh .venv/bin/python -e '.[all,test]'
 
-exec .venv/bin/python -m pytest "$@"
+parallel=()
+workers=${MEDIAFLEET_TEST_WORKERS:-2}
+if [ "$workers" != 0 ] && ! printf '%s\n' "$@" | grep -qE '^(-n|--numprocesses|-p|no:xdist)'; then
+  parallel=(-n "$workers" --dist loadfile)
+fi
+exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
