@@ -109,7 +109,7 @@ LOCAL_MIN = 0.0015
 LOCAL_MAD_MAX = 16.0  # frames whose picture moves more than this are left to the content step
 # and the content step must still stand out: mad at least LOCAL_STEP times its neighbours' (+ a
 # floor far under CUT_FLOOR: a word of text moves the thumbnail by a tenth of a grey level).
-LOCAL_STEP, LOCAL_FLOOR = 1.5, 0.02
+LOCAL_STEP, LOCAL_FLOOR = 2.5, 0.02
 # A local cut is held this many frames (at most the detector's max_transition): if the same region
 # changes again meanwhile (this share of its pixels), it is a display that keeps changing (a clock,
 # a counter ticking each second), not a cut.
@@ -445,15 +445,22 @@ class CombinedDetector:
             outer = [k for k in (t - 2, t - 1, t + 2, t + 3) if 1 <= k < count]
             content = mad / (max([mads[k] for k in outer], default=0.0) + CUT_FLOOR)
         step = mad >= CUT_MIN_MAD and content >= CUT_RATIO
-        confidence = margin(content, CUT_RATIO)
-        if not step and content >= CUT_WEAK_RATIO:
+        confidence = CONFIDENCE_CAP
+        if not step and content < CUT_WEAK_RATIO:
+            return None
+        if step:
+            confidence = margin(content, CUT_RATIO)
+        else:
+            # A histogram or pixel step with a weaker content step (measured lazily, in this order).
             hist, pix = self._hist_at, self._pix_at
-            hist_step = hist(t) / (max([hist(k) for k in near], default=0.0) + HIST_FLOOR)
-            pix_step = pix(t) / (max([pix(k) for k in near], default=0.0) + PIX_FLOOR)
-            if hist(t) >= HIST_MIN and hist_step >= HIST_RATIO:
-                step, confidence = True, min(margin(content, CUT_WEAK_RATIO), margin(hist_step, HIST_RATIO))
-            elif pix(t) >= PIX_MIN and pix_step >= PIX_RATIO:
-                step, confidence = True, min(margin(content, CUT_WEAK_RATIO), margin(pix_step, PIX_RATIO))
+            if hist(t) >= HIST_MIN:
+                hist_step = hist(t) / (max([hist(k) for k in near], default=0.0) + HIST_FLOOR)
+                if hist_step >= HIST_RATIO:
+                    step, confidence = True, min(margin(content, CUT_WEAK_RATIO), margin(hist_step, HIST_RATIO))
+            if not step and pix(t) >= PIX_MIN:
+                pix_step = pix(t) / (max([pix(k) for k in near], default=0.0) + PIX_FLOOR)
+                if pix_step >= PIX_RATIO:
+                    step, confidence = True, min(margin(content, CUT_WEAK_RATIO), margin(pix_step, PIX_RATIO))
         if not step:
             return None
         # Persistent: the picture after the step never returns to the one before it, nor does the
@@ -486,10 +493,11 @@ class CombinedDetector:
         qualifies: too small, or moving again at once)."""
         count, mads = self._count, self._mad
         mad = mads[t]
-        if mad >= LOCAL_MAD_MAX or t + 1 >= count:
+        if mad >= LOCAL_MAD_MAX or t + 2 >= count or t < 3:
             return None
-        near = max([mads[k] for k in (t - 2, t - 1, t + 1, t + 2) if 1 <= k < count], default=0.0)
-        if mad < LOCAL_STEP * (near + LOCAL_FLOOR) or self._pix_at(t) < LOCAL_MIN:
+        if mad < LOCAL_STEP * (max(mads[t - 2], mads[t - 1], mads[t + 1], mads[t + 2]) + LOCAL_FLOOR):
+            return None
+        if self._pix_at(t) < LOCAL_MIN:
             return None
         moved = self._moved_at(t)
         busy = np.zeros_like(moved)
@@ -555,7 +563,8 @@ class CombinedDetector:
 
     def _step(self, t: int) -> None:
         self._stepped = t + 1
-        self._watch_held(t)
+        if self._held is not None:
+            self._watch_held(t)
         cut = self._is_cut(t)
         candidate = self._candidate
         if candidate is None:
