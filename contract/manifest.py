@@ -254,6 +254,10 @@ class Manifest(Strict):
             raise CapabilityRefused(f"action {action!r} is not declared by the manifest in force")
         return cap
 
+    def media_types(self) -> list[str]:
+        """Every media type a declared capability accepts, sorted."""
+        return sorted({t for c in self.capabilities.values() for t in c.media_types})
+
     def for_media_type(self, media_type: str, action: str | None = None) -> Capability:
         """The capability to run for an artifact of ``media_type`` (and the caller's action, if any)."""
         if action is not None:
@@ -262,9 +266,8 @@ class Manifest(Strict):
             return cap
         matches = [c for c in self.capabilities.values() if media_type in c.media_types]
         if not matches:
-            raise CapabilityRefused(
-                f"no declared capability accepts {media_type}", code=ErrorCode.UNSUPPORTED_MEDIA_TYPE
-            )
+            raise CapabilityRefused(f"no declared capability accepts {media_type}; supported: "
+                                    f"{', '.join(self.media_types())}", code=ErrorCode.UNSUPPORTED_MEDIA_TYPE)
         if len(matches) > 1:
             raise CapabilityRefused(f"{media_type} is accepted by several actions; name one", code=ErrorCode.INVALID_REQUEST)
         return matches[0]

@@ -211,7 +211,8 @@ class Admission:
         if size == 0:
             raise InputRejected("the artifact is empty", code=ErrorCode.EMPTY_INPUT, phase=None)
         if sniffed is None:
-            raise CapabilityRefused("the artifact's type is not recognised", code=ErrorCode.UNSUPPORTED_MEDIA_TYPE)
+            raise CapabilityRefused("the artifact's type is not recognised from its bytes; supported: "
+                                    + ", ".join(self.manifest.media_types()), code=ErrorCode.UNSUPPORTED_MEDIA_TYPE)
         claimed_type = _base_type(claimed)
         if claimed_type is not None and claimed_type != sniffed:
             # A hint within one modality (the callers send image/jpeg for every image); never across.
