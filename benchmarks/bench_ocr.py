@@ -240,7 +240,8 @@ def compare(pages: list[tuple[str, bytes, str]], tesseract: str, env: dict[str, 
         cpu_mf = time.process_time() - cpu
         cpu = _children_cpu()
         dt_tess, out = timed(lambda png=png: subprocess.run([tesseract, str(png), "-", "--dpi", str(DPI)],
-                                                             capture_output=True, text=True, env=env, check=True).stdout)
+                                                            capture_output=True, text=True, env=env,
+                                                            check=True).stdout)
         cpu_tess = _children_cpu() - cpu
         text = result.pages[0].text
         (mf_r, mf_p), (t_r, t_p) = recall_precision(reference, text), recall_precision(reference, out)
@@ -265,7 +266,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for measure in ("word_accuracy", "recall", "precision"):
             out[f"{engine}_{measure}"] = _mean([r[f"{engine}_{measure}"] for r in rows], 4)
     out["wall_ratio"] = round(sum(r["mediafleet_s"] for r in rows) / sum(r["tesseract_s"] for r in rows), 3)
-    out["cpu_ratio"] = round(sum(r["mediafleet_cpu_s"] for r in rows) / max(sum(r["tesseract_cpu_s"] for r in rows), 1e-9), 3)
+    tesseract_cpu = max(sum(r["tesseract_cpu_s"] for r in rows), 1e-9)
+    out["cpu_ratio"] = round(sum(r["mediafleet_cpu_s"] for r in rows) / tesseract_cpu, 3)
     return out
 
 
