@@ -484,7 +484,7 @@ def test_video_keyframes_gives_shots_and_png_keyframes_of_testvideo(caller: Call
     for key in keyframes:
         assert 1 <= key["start_frame"] <= key["end_frame"] <= 720
         assert key["png"] is not None and key["png"].startswith(b"\x89PNG\r\n\x1a\n")
-    loci = [{"kind": "video_time_range", **s} for s in shots]
+    loci = [{"kind": "video_time_range", "start_ms": s["start_ms"], "end_ms": s["end_ms"]} for s in shots]
     frames = [{"kind": "frame_range", "start_frame": k["start_frame"], "end_frame": k["end_frame"]} for k in keyframes]
     assert all(engine_accepts(a) for a in loci + frames)
     addresses = bundle_addresses(bundle)
@@ -507,12 +507,12 @@ def test_video_keyframes_by_default_says_the_transitions_of_testvideo(caller: Ca
     bundle = bundle_of(data)
     nodes = [n.properties for n in bundle.nodes
              if n.node_type == "Evidence" and n.properties["locus_kind"] == "video_time_range"]
-    assert [p["start_frame"] for p in nodes] == [1, 31, 181, 212, 241, 332, 359, 395, 424, 530, 559, 665, 694]
+    assert [p["start_frame"] for p in nodes] == [1, 31, 181, 212, 241, 332, 360, 395, 424, 530, 559, 665, 694]
     fade, dissolve = "transition:fade", "transition:dissolve"
-    assert [s.get("label") for s in shots] == [None, None, None, fade, None, fade, None, fade, None, dissolve,
-                                               None, fade, None]
+    assert [s.get("label") for s in shots] == ["start", "cut", "cut", fade, "fade", fade, "fade", fade, "fade", dissolve,
+                                               "dissolve", fade, "fade"]
     transitions = [(p["start_frame"], p["end_frame"]) for p in nodes if p.get("label", "").startswith("transition:")]
-    assert transitions == [(212, 240), (332, 358), (395, 423), (530, 558), (665, 693)]
+    assert transitions == [(212, 240), (332, 359), (395, 423), (530, 558), (665, 693)]
     assert shots[1]["start_ms"] == round(30 * 1001 / 30)
     assert all(a["end_ms"] == b["start_ms"] for a, b in zip(shots, shots[1:]))
     assert len(keyframes) == len(shots) - len(transitions)  # a transition has no keyframe
