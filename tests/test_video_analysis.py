@@ -30,7 +30,7 @@ from tests.clips import write_clip
 from mediafleet.workers.video import decode
 from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.probe import open_video
-from mediafleet.workers.video.shot_detector import frame_signals
+from mediafleet.workers.video.frame_signals import frame_signals
 from mediafleet.workers.video import shots
 from mediafleet.workers.video.shots import AnalysisFrames, SignalFrames, grey_sharpness, resize_rows, signal_size
 from tests.clips import scene_frame

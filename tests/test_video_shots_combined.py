@@ -170,7 +170,7 @@ def test_memory_bounds_the_longest_transition() -> None:
 
 @pytest.mark.slow
 def test_pushing_out_of_order_is_refused() -> None:
-    from mediafleet.workers.video.shot_detector import frame_signals
+    from mediafleet.workers.video.frame_signals import frame_signals
 
     detector = CombinedDetector()
     small = np.zeros((144, 256, 3), np.uint8)

@@ -50,14 +50,8 @@ from scenedetect.scene_manager import compute_downscale_factor
 
 from mediafleet.contract.video import VideoOptions
 from mediafleet.workers.video import shot_detector
-from mediafleet.workers.video.shot_detector import (
-    Boundary,
-    CombinedDetector,
-    FrameSignals,
-    margin,
-    max_transition_frames,
-    thumb_size,
-)
+from mediafleet.workers.video.frame_signals import FrameSignals, thumb_size
+from mediafleet.workers.video.shot_detector import Boundary, CombinedDetector, margin, max_transition_frames
 
 try:
     from mediafleet.workers.video import _sharp  # type: ignore[attr-defined]
