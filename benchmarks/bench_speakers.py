@@ -365,6 +365,13 @@ def two_hours(voices: dict[str, list[Clip]], hours: float, rng: random.Random) -
             "speakers_found": count, "der_word_spans": der(truth, [(s.speaker, s.start_ms, s.end_ms) for s in labelled])}
 
 
+def memory_run(hours: float, seed: int) -> dict[str, Any]:
+    """:func:`two_hours` in a process of its own, so its peak resident memory is its own."""
+    child = subprocess.run([sys.executable, __file__, "--memory-child", "--hours", str(hours), "--seed", str(seed)],
+                           capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--conversations", type=int, default=3, help="per speaker count and family")
@@ -374,6 +381,8 @@ def main() -> None:
     parser.add_argument("--espeak", action="store_true", help="add the synthetic espeak-ng family")
     parser.add_argument("--seed", type=int, default=43)
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-only", action="store_true",
+                        help="only the memory run, added to the results already in speakers.json")
     args = parser.parse_args()
     need_tools("ffmpeg", why="to decode the prompts")
     from mediafleet.workers.engines import EngineConfig, cap_threads, configure
@@ -383,6 +392,14 @@ def main() -> None:
     rng = random.Random(args.seed)
     if args.memory_child:  # the memory run, in a process of its own so its peak is its own
         print(json.dumps(two_hours(real_voices(40, rng), args.hours, rng)))
+        return
+    if args.memory_only:
+        results = json.loads((Path(__file__).parent / "results" / "speakers.json").read_text())
+        results.pop("machine", None)
+        results["memory_command"] = " ".join(["benchmarks/bench_speakers.py"] + sys.argv[1:])
+        results["memory"] = memory_run(args.hours, args.seed)
+        print(results["memory"])
+        print(write_results("speakers", results))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, Any] = {"command": " ".join(["benchmarks/bench_speakers.py"] + sys.argv[1:]), "families": {}}
@@ -399,9 +416,7 @@ def main() -> None:
                                                                   args.turns, rng, Path(tmp))
             write_results("speakers", results)
         if args.hours > 0:
-            child = subprocess.run([sys.executable, __file__, "--memory-child", "--hours", str(args.hours),
-                                    "--seed", str(args.seed)], capture_output=True, text=True, check=True)
-            results["memory"] = json.loads(child.stdout.strip().splitlines()[-1])
+            results["memory"] = memory_run(args.hours, args.seed)
     rows = [("family", "DER estimated", "DER speakers=N", "DER one speaker", "DER oracle segments", "count right", "CPU s/speech min (speakers)",
              "CPU s/speech min (transcription)")]
     for name, fam in results["families"].items():

@@ -7,12 +7,13 @@ only the embeddings and their times on the recording (1 KiB a partial, ~9 MB an 
 never the audio. At the end, :func:`label_segments`:
 
 1. keeps the partials that overlap a segment's words (so silence and noise cast no vote), and
-   groups consecutive ones inside one segment into pieces of a few seconds (more per piece on long
-   recordings, so there are at most :data:`MAX_PIECES`: the clustering's memory is bounded);
+   groups consecutive ones inside one segment into pieces of a few seconds (on long recordings the
+   most alike neighbouring pieces are merged until there are at most :data:`MAX_PIECES`: the
+   clustering's memory and time are bounded);
 2. clusters the pieces by average linkage on cosine similarity, weighted by their partials, until
    the next merge would join clusters less similar than :data:`THRESHOLD` (or, given
-   ``speakers=N``, until N clusters are left); when estimating, a cluster with less than
-   :data:`MIN_SPEECH_PARTIALS` partials is folded into the nearest other one;
+   ``speakers=N``, until N clusters are left); a cluster with less than
+   :data:`MIN_SPEECH_PARTIALS` partials is folded into the nearest larger one;
 3. gives each word the speaker whose centroid its nearby partials (those covering its midpoint,
    nearer ones weighing more) are most like; a run of words shorter than :data:`MIN_TURN_MS`
    inside a segment takes its longer neighbour's speaker, unless it is whole sentences (Whisper
@@ -25,7 +26,6 @@ Everything is deterministic (no random start, ties broken by order).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,19 +103,32 @@ def _owners(segments: list[AudioSegment], starts: np.ndarray, ends: np.ndarray) 
     return owner
 
 
-def _pieces(owner: np.ndarray) -> list[np.ndarray]:
-    """Runs of consecutive kept partials of one segment, cut into pieces of a bounded count."""
-    kept = np.flatnonzero(owner >= 0)
-    size = max(PIECE_PARTIALS, math.ceil(kept.size / MAX_PIECES))
+def _pieces(owner: np.ndarray, embeddings: np.ndarray) -> list[np.ndarray]:
+    """Runs of consecutive kept partials of one segment, cut into pieces of PIECE_PARTIALS; when that
+    makes more than MAX_PIECES (long recordings), neighbouring pieces are merged, the most alike
+    first, until there are MAX_PIECES."""
     pieces: list[np.ndarray] = []
     run: list[int] = []
-    for index in kept:
-        if run and (owner[index] != owner[run[-1]] or len(run) >= size):
+    for index in np.flatnonzero(owner >= 0):
+        if run and (owner[index] != owner[run[-1]] or len(run) >= PIECE_PARTIALS):
             pieces.append(np.array(run))
             run = []
         run.append(int(index))
     if run:
         pieces.append(np.array(run))
+    while len(pieces) > MAX_PIECES:
+        vectors = _normalised(np.stack([embeddings[p].sum(axis=0) for p in pieces]))
+        alike = np.einsum("ij,ij->i", vectors[:-1], vectors[1:])
+        excess, taken = len(pieces) - MAX_PIECES, np.zeros(len(pieces), dtype=bool)
+        for i in np.argsort(-alike, kind="stable"):
+            if excess == 0:
+                break
+            if not (taken[i] or taken[i + 1]):
+                taken[i] = taken[i + 1] = True
+                pieces[i] = np.concatenate([pieces[i], pieces[i + 1]])
+                pieces[i + 1] = np.zeros(0, dtype=np.int64)
+                excess -= 1
+        pieces = [p for p in pieces if p.size]
     return pieces
 
 
@@ -149,21 +162,25 @@ def _cluster(centroids: np.ndarray, counts: np.ndarray, target: int, threshold: 
 
 
 def _centroids(embeddings: np.ndarray, labels: np.ndarray, count: int) -> np.ndarray:
-    return _normalised(np.stack([embeddings[labels == k].sum(axis=0) for k in range(count)]))
+    sums = np.zeros((count, embeddings.shape[1]), dtype=np.float64)
+    np.add.at(sums, labels, embeddings)
+    return _normalised(sums).astype(np.float32)
 
 
 def _fold_small(embeddings: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Clusters with fewer than MIN_SPEECH_PARTIALS partials joined to their nearest other cluster."""
-    while True:
-        count = int(labels.max()) + 1
-        sizes = np.bincount(labels, minlength=count)
-        small = int(np.argmin(sizes))
-        if count == 1 or sizes[small] >= MIN_SPEECH_PARTIALS:
-            return labels
-        centroids = _centroids(embeddings, labels, count)
-        others = [k for k in range(count) if k != small]
-        nearest = others[int(np.argmax(centroids[others] @ centroids[small]))]
-        labels = np.unique(np.where(labels == small, nearest, labels), return_inverse=True)[1]
+    """Clusters with fewer than MIN_SPEECH_PARTIALS partials joined to their nearest larger cluster
+    (all at once); when none is that large, the largest one stands for them all."""
+    count = int(labels.max()) + 1
+    sizes = np.bincount(labels, minlength=count)
+    big = np.flatnonzero(sizes >= MIN_SPEECH_PARTIALS)
+    if big.size == count:
+        return labels
+    if big.size == 0:
+        big = np.array([int(np.argmax(sizes))])
+    centroids = _centroids(embeddings, labels, count)
+    nearest = big[np.argmax(centroids @ centroids[big].T, axis=1)]
+    nearest[big] = big
+    return np.unique(nearest[labels], return_inverse=True)[1]
 
 
 def _speaker_centroids(embeddings: np.ndarray, owner: np.ndarray, speakers: int | None) -> np.ndarray:
@@ -173,7 +190,7 @@ def _speaker_centroids(embeddings: np.ndarray, owner: np.ndarray, speakers: int 
     ``speakers``, more clusters than that are merged on (their centroids, weighted by size), and
     fewer are taken as the agglomeration's N clusters without a threshold.
     """
-    pieces = _pieces(owner)
+    pieces = _pieces(owner, embeddings)
     piece_vectors = _normalised(np.stack([embeddings[p].sum(axis=0) for p in pieces]))
     counts = np.array([p.size for p in pieces])
     kept = np.concatenate(pieces)
