@@ -3,9 +3,10 @@
 A master, two replicas and three sentinels (:class:`tests.chaos.sentinel_cluster.SentinelCluster`,
 down-after 1 s so a failover takes seconds), two ``tests.faulty_worker`` workers and a dispatcher,
 all given ``MEDIAFLEET_BROKER_URL=sentinel://...;sentinel://...;sentinel://...`` and
-``MEDIAFLEET_SENTINEL_MASTER``. Mixed jobs (one- to three-page text PDFs and ~4 s ``MF-SLOW`` ones;
-40 per scenario to keep CI time short, not the issue's 200) run while the master is killed with
-``kill -9``, or frozen (SIGSTOP) past down-after and then thawed. Each job must finish exactly once
+``MEDIAFLEET_SENTINEL_MASTER``. 200 mixed jobs (one- to three-page text PDFs and ~4 s ``MF-SLOW``
+ones) run while the master is killed with ``kill -9`` (a ``mediafleet extract`` pointed at the
+three sentinels waiting on one of them meanwhile), or frozen (SIGSTOP) past down-after and then
+thawed. Each job must finish exactly once
 (one completion in its record, ok), none stays started, and the thawed master must step down.
 
 A worker cut off from Redis while it runs a job (a TCP proxy the test controls, on a plain Redis:
@@ -17,7 +18,11 @@ Failover times, dispatch stalls and the cut-off takeover time are printed in the
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +41,7 @@ from tests.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-JOBS = 40
+JOBS = 200
 
 
 @pytest.fixture
@@ -45,10 +50,17 @@ def ha(tmp_path: Path) -> Iterator[SentinelCluster]:
         yield deployment
 
 
+def _ha_env(ha: SentinelCluster, tmp_path: Path) -> dict[str, str]:
+    manifest = tmp_path / "manifest.json"
+    if not manifest.exists():
+        manifest = write_manifest(tmp_path, soft_s=60, hard_s=90)
+    return {"MEDIAFLEET_BROKER_URL": ha.broker_url, "MEDIAFLEET_SENTINEL_MASTER": MASTER_NAME,
+            "MEDIAFLEET_MANIFEST_FILE": str(manifest)}
+
+
 def _ha_fleet(ha: SentinelCluster, fleet_env: dict[str, str], start_worker: Any, tmp_path: Path) -> Dispatcher:
-    manifest = write_manifest(tmp_path, soft_s=60, hard_s=90)
-    env = {"MEDIAFLEET_BROKER_URL": ha.broker_url, "MEDIAFLEET_SENTINEL_MASTER": MASTER_NAME,
-           "MEDIAFLEET_MANIFEST_FILE": str(manifest)}
+    env = _ha_env(ha, tmp_path)
+    manifest = Path(env["MEDIAFLEET_MANIFEST_FILE"])
     for _ in range(2):
         start_worker("--concurrency=2", module="tests.faulty_worker", env=env)
     return Dispatcher(Settings(broker_url=ha.broker_url, sentinel_master=MASTER_NAME, manifest_file=manifest,
@@ -85,19 +97,22 @@ def _failover_clock(ha: SentinelCluster, old_port: int) -> Callable[[], float]:
     return result
 
 
-def _every_job_done_once(dispatcher: Dispatcher, jobs: list[Any], fault_at: float) -> float:
-    """Waits for every job; asserts each finished ok exactly once; returns the dispatch stall (the
-    longest wait after the fault for the next job to finish)."""
+def _every_job_done_once(dispatcher: Dispatcher, jobs: list[Any], fault_at: float,
+                         also: Callable[[], list[str]] = list) -> float:
+    """Waits for every job (and for ``also``, which gives the ids of jobs waited on elsewhere);
+    asserts each finished ok exactly once; returns the dispatch stall (the longest wait after the
+    fault for the next job to finish)."""
     finished_at: list[float] = []
     for job in jobs:
         bundle = job.bundle(timeout=180)
         assert bundle.status == "ok", job.id
         finished_at.append(time.monotonic())
+    ids = [job.id for job in jobs] + also()
     store = dispatcher.jobs()
-    for job in jobs:
-        record = store.get(job.id)
-        assert record is not None and record.state == JobState.DONE, job.id
-        assert record.completions == 1, f"{job.id} finished {record.completions} times"
+    for job_id in ids:
+        record = store.get(job_id)
+        assert record is not None and record.state == JobState.DONE, job_id
+        assert record.completions == 1, f"{job_id} finished {record.completions} times"
     assert not store.started(), "a job was left started"
     after = sorted(t for t in finished_at if t > fault_at)
     marks = [fault_at, *after]
@@ -109,11 +124,25 @@ def test_a_master_killed_mid_run_loses_no_job_and_runs_none_twice(  # type: igno
     dispatcher = _ha_fleet(ha, fleet_env, start_worker, tmp_path)
     jobs = [dispatcher.submit(pdf) for pdf in _mixed("kill")]
     wait_started(jobs[0])
+    # The command line too, given only the sentinels: it submits and waits through the failover.
+    own = tmp_path / "by-cli.pdf"
+    own.write_bytes(marked_pdf("MF-SLOW", pages=1, salt="cli"))
+    cli_env = {**os.environ, **fleet_env, **_ha_env(ha, tmp_path)}
+    cli = subprocess.Popen([sys.executable, "-m", "mediafleet.cli", "extract", str(own), "--json", "--timeout", "180"],
+                           env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     old = ha.master()
     fault_at = time.monotonic()
     failover = _failover_clock(ha, old.port)
     ha.kill(old)
-    stall = _every_job_done_once(dispatcher, jobs, fault_at)
+
+    def by_cli() -> list[str]:
+        out, err = cli.communicate(timeout=200)
+        assert cli.returncode == 0, err
+        bundle = json.loads(out.splitlines()[0])
+        assert bundle["status"] == "ok", err
+        return [bundle["job_id"]]
+
+    stall = _every_job_done_once(dispatcher, jobs, fault_at, also=by_cli)
     record_time("sentinel: master kill -9, until the sentinels named a new master", failover())
     record_time("sentinel: master kill -9, longest dispatch stall after it", stall)
 

@@ -68,11 +68,13 @@ class CeleryOrchestrator:
 
     def jobs(self) -> JobStore:
         """The fleet's job store. Built on first use, after one plain connection attempt: a broker
-        that is not there at all is reported at once; one that goes away later is waited for."""
+        that is not there at all is reported at once; one that goes away later is waited for. Behind
+        Sentinel the first attempt waits as long as any call does: a master failing over (seconds)
+        is not a fleet that is not there."""
         if self._jobs is None:
-            from mediafleet.fleet.redis_client import redis_client
+            from mediafleet.fleet.redis_client import RETRY_S, is_sentinel, redis_client
 
-            probe = redis_client(self.settings, retry_s=0)
+            probe = redis_client(self.settings, retry_s=RETRY_S if is_sentinel(self.settings.backend()) else 0)
             try:
                 probe.ping()
             finally:
