@@ -5,7 +5,7 @@ PageRegion, a box from its ImageRegion, a segment from its AudioRange, a shot fr
 VideoTimeRange, a keyframe from its FrameRange), so what a caller writes into the graph is
 exactly what the worker checked against the artifact's real extent, in the bundle's order.
 Nothing here does I/O: images a caller wants inline are fetched by the server and passed in.
-Each modality's spec names its shape (:attr:`mediafleet.workers.spec.ModalitySpec.caller_shape`).
+Each modality's spec names its shape (:attr:`mediafleet.modalities.spec.ModalitySpec.caller_shape`).
 
 Shapes (a JSON object; ``available`` missing means true; ``error`` only on failure):
 
@@ -40,7 +40,7 @@ from typing import Any
 from mediafleet.contract.bundle import EvidenceBundle
 from mediafleet.contract.digests import blob_ref
 from mediafleet.contract.errors import ErrorCode, PublicError
-from mediafleet.workers.registry import for_modality
+from mediafleet.modalities.registry import for_modality
 
 __all__ = ["audio_shape", "caller_response", "failure_response", "image_shape", "inline_wanted", "pdf_shape",
            "video_shape"]

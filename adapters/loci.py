@@ -1,7 +1,7 @@
 """Result -> located evidence: one :class:`LocusDraft` per locus, with the extent it must fit in.
 
 Pure functions, one module per modality, picked by the result's ``kind`` (its modality) from the
-modality's spec (:attr:`mediafleet.workers.spec.ModalitySpec.loci`).
+modality's spec (:attr:`mediafleet.modalities.spec.ModalitySpec.loci`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from mediafleet.adapters.drafts import Bounds, LocusDraft
 from mediafleet.adapters.nogc import collection_paused
-from mediafleet.workers.registry import for_modality
+from mediafleet.modalities.registry import for_modality
 
 __all__ = ["Bounds", "LocusDraft", "last_mapped", "to_loci"]
 

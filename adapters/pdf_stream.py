@@ -38,8 +38,8 @@ from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Modality
 from mediafleet.contract.pdf import PdfPage, PdfResult
 from mediafleet.workers.pdf.split import JoinHead
-from mediafleet.workers.registry import for_modality
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.registry import for_modality
+from mediafleet.modalities.spec import ProgressFn
 from pydantic import TypeAdapter
 
 from mediafleet.report.text import summary_lines

@@ -1,7 +1,7 @@
 """Every modality's options and result: one table, and the results as one tagged union (tag ``kind``).
 
 The contract is the static wire schema (``mediafleet schema`` prints it without loading a worker),
-so it lists each modality's models itself; the modality's spec (:mod:`mediafleet.workers.spec`)
+so it lists each modality's models itself; the modality's spec (:mod:`mediafleet.modalities.spec`)
 reads them from here.
 """
 

@@ -25,7 +25,7 @@ from mediafleet.workers.runtime.middleware.counting import DeliveryCounting, Del
 from mediafleet.workers.runtime.middleware.delivery import Delivery, Middleware, Skip, run_chain
 from mediafleet.workers.runtime.middleware.outcome import DiscoveryIndexing, FinishedNotice, OutcomeReporting
 from mediafleet.workers.runtime.middleware.progress import ProgressReporting, ProgressThrottle
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 
 from mediafleet.blobs.local import LocalBlobStore
 from mediafleet.fleet.deliveries import MAX_DELIVERIES

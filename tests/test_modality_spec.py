@@ -13,10 +13,10 @@ import pytest
 from mediafleet import Dispatcher, Settings
 from mediafleet.contract import Manifest, Modality, Unavailable, default_manifest
 from mediafleet.contract import manifest as manifest_module
-from mediafleet.workers import registry
+from mediafleet.modalities import registry
 from mediafleet.workers.extractor import EXTRACTORS, check_devices
-from mediafleet.workers.pdf.spec import SPEC as PDF
-from mediafleet.workers.spec import ModalitySpec, Ref, SpecError
+from mediafleet.modalities.pdf import SPEC as PDF
+from mediafleet.modalities.spec import ModalitySpec, Ref, SpecError
 from tests.media import text_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ def test_a_part_whose_module_is_not_installed_stops_the_worker_at_start(monkeypa
 
 
 def test_reading_the_registry_imports_no_engine() -> None:
-    code = ("import sys, mediafleet.workers.registry, mediafleet.sniff, mediafleet.adapters, mediafleet.workers.extractor; "
+    code = ("import sys, mediafleet.modalities.registry, mediafleet.sniff, mediafleet.adapters, mediafleet.workers.extractor; "
             "print([m for m in ('faster_whisper', 'pymupdf', 'rapidocr_onnxruntime', 'av', 'cv2', 'scenedetect') "
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

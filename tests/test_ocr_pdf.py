@@ -13,7 +13,7 @@ import pytest
 from mediafleet.contract import ErrorCode, LimitExceeded, Limits, PdfOptions, TextBox
 from mediafleet.workers.pdf.classify import ocr_reason
 from mediafleet.workers.pdf.mupdf import pymupdf
-from mediafleet.workers.pdf.spec import SPEC as PDF_SPEC
+from mediafleet.modalities.pdf import SPEC as PDF_SPEC
 from mediafleet.workers.pdf.textlayer import extract_pdf
 
 from mediafleet import Dispatcher, Settings

@@ -81,7 +81,7 @@ def cap_threads(threads: int) -> None:
 def numerics(action: str, options: Mapping[str, Any], threads: int | None,
              speech_batch: int | None = None) -> dict[str, Any]:
     """What, beyond its options, changes a job's numbers: the settings its modality's spec names
-    for these options (:attr:`~mediafleet.workers.spec.ModalitySpec.numerics`), with their values.
+    for these options (:attr:`~mediafleet.modalities.spec.ModalitySpec.numerics`), with their values.
 
     The thread count, for the engines whose floating-point reductions depend on it (CTranslate2's
     Whisper, onnxruntime's OCR); Whisper's windows a batch where set (a word's time can move by a
@@ -92,7 +92,7 @@ def numerics(action: str, options: Mapping[str, Any], threads: int | None,
     on any allowed class, so the class (and its compute type, and its default batch) is named in
     the derivation of the loci instead, by the producer's options.
     """
-    from mediafleet.workers.registry import spec_for
+    from mediafleet.modalities.registry import spec_for
 
     named = spec_for(action).numerics(options)
     values = {"threads": threads, "speech_batch": speech_batch}

@@ -2,7 +2,7 @@
 start-up device checks.
 
 Extractors are plain functions of a local, digest-verified file: no broker, no settings, no
-environment (the interface is :class:`mediafleet.workers.spec.Extractor`). Their modules are
+environment (the interface is :class:`mediafleet.modalities.spec.Extractor`). Their modules are
 imported only when a job for their capability arrives, so a PDF-only worker never imports Whisper.
 """
 
@@ -16,8 +16,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from mediafleet.contract.errors import ErrorCode, Unavailable
 from mediafleet.contract.manifest import Capability, DeviceClass
-from mediafleet.workers.registry import SPECS, check_refs, spec_for
-from mediafleet.workers.spec import Extractor, ProgressFn, SpecError, resolve
+from mediafleet.modalities.registry import SPECS, check_refs, spec_for
+from mediafleet.modalities.spec import Extractor, ProgressFn, SpecError, resolve
 
 __all__ = ["EXTRACTORS", "Extractor", "ProgressFn", "check_devices", "load_extractor"]
 

@@ -98,7 +98,7 @@ class PartKind(Protocol):
 
 def kind_of(capability: Capability, name: str) -> PartKind:
     """The code of ``capability``'s part ``name`` (a part name, or a split part's ``name:a-b``)."""
-    from mediafleet.workers.registry import spec_for
+    from mediafleet.modalities.registry import spec_for
 
     return spec_for(capability.action).parts[name.partition(":")[0]].load()
 
@@ -122,7 +122,7 @@ def within_manifest(options: BaseModel, request: ExtractRequest, capability: Cap
     when the operator's manifest drops the part, the capability or the locus kind, speech is off by
     default and refused when asked for.
     """
-    from mediafleet.workers.registry import spec_for
+    from mediafleet.modalities.registry import spec_for
 
     for name, ref in spec_for(capability.action).parts.items():
         option = ref.load().option
@@ -246,7 +246,7 @@ def verify_result(result: BaseModel, digest: str, capability: Capability, checks
 
 def join_inline(result: BaseModel, path: Path, manifest: Manifest, capability: Capability) -> BaseModel:
     """In-process: do here the work a fleet job's companions would do (a video's transcript)."""
-    from mediafleet.workers.registry import spec_for
+    from mediafleet.modalities.registry import spec_for
 
     for name, ref in spec_for(capability.action).parts.items():
         result = ref.load().inline(result, path, capability.parts.get(name), manifest)

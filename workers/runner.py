@@ -32,9 +32,9 @@ from mediafleet.blobs.local import BlobStore
 from mediafleet.workers.engines import configure, engine_config, machine_fault, mark_broken
 from mediafleet.workers.extractor import load_extractor
 from mediafleet.workers.parts import join_inline, narrow, options_for, part_capabilities, verify_result
-from mediafleet.workers.registry import spec_for
+from mediafleet.modalities.registry import spec_for
 from mediafleet.workers.sink import StoreSink
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 
 __all__ = ["run_request"]
 

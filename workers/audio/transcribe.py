@@ -57,7 +57,7 @@ from mediafleet.workers.audio.speaker_turns import (
     label_segments,
 )
 from mediafleet.workers.audio.speaker_weights import EncoderWeights, encoder_weights
-from mediafleet.workers.audio.spec import SPEC
+from mediafleet.modalities.audio import SPEC
 from mediafleet.workers.audio.vad import (
     FixedWindows,
     Samples,
@@ -66,7 +66,7 @@ from mediafleet.workers.audio.vad import (
     WindowPacker,
 )
 from mediafleet.workers.sink import BlobSink
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 
 __all__ = ["extract_audio"]
 
@@ -364,7 +364,7 @@ def extract_audio(
     sink: BlobSink | None = None,
 ) -> AudioResult:
     """Transcribe a recording (or a video's audio track) into timed segments: the audio spec's
-    :class:`~mediafleet.workers.spec.Extractor`.
+    :class:`~mediafleet.modalities.spec.Extractor`.
 
     Args:
         path: a local, digest-verified media file (a recording, or a video for its soundtrack).

@@ -10,12 +10,12 @@ from mediafleet.contract.image import ImageOptions, ImagePage, ImageResult
 from mediafleet.contract.manifest import Limits
 from mediafleet.workers.image.decode import Frame, frames, open_image
 from mediafleet.workers.image.phash import phash
-from mediafleet.workers.image.spec import SPEC
+from mediafleet.modalities.image import SPEC
 from mediafleet.workers.image.thumbnail import thumbnail_png
 from mediafleet.workers.ocr.engine import ENGINE, OcrEngine, get_engine
 from mediafleet.workers.ocr.lines import read_lines
 from mediafleet.workers.sink import BlobSink
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 
 __all__ = ["DETECT_MAX_SIDE", "analyze_image"]
 
@@ -51,7 +51,7 @@ def analyze_image(
     sink: BlobSink | None = None,
 ) -> ImageResult:
     """Analyse an image (every page of a multi-page TIFF): the image spec's
-    :class:`~mediafleet.workers.spec.Extractor`.
+    :class:`~mediafleet.modalities.spec.Extractor`.
 
     Args:
         limits: ``max_pixels`` per page, ``max_pages`` for a TIFF.

@@ -32,10 +32,10 @@ from mediafleet.contract.manifest import Limits
 from mediafleet.contract.pdf import PdfOptions, PdfPage, PdfResult
 from mediafleet.workers.pdf.classify import text_layer_reason
 from mediafleet.workers.pdf.mupdf import open_document, pymupdf, text_lines
-from mediafleet.workers.pdf.spec import SPEC
+from mediafleet.modalities.pdf import SPEC
 from mediafleet.workers.reading_order import reading_order_indices
 from mediafleet.workers.sink import BlobSink
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 
 __all__ = ["extract_pdf", "open_pdf", "page_lines", "page_range", "page_text"]
 

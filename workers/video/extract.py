@@ -43,7 +43,7 @@ from mediafleet.contract.video import (
 )
 from mediafleet.workers.engines import engine_config
 from mediafleet.workers.sink import BlobSink
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 from mediafleet.workers.video.decode import FrameReader
 from mediafleet.workers.video.keyframes import Candidate, KeyframePicker, encode_image, upright
 from mediafleet.workers.video.phash import near_duplicates, phash, phash_hex
@@ -51,7 +51,7 @@ from mediafleet.workers.video.probe import Probe, open_video
 from mediafleet.workers.video.shot_detector import Boundary
 from mediafleet.workers.video.shots import AnalysisFrames, Segmenter, build_segmenter
 from mediafleet.workers.video.speech import track_speech
-from mediafleet.workers.video.spec import SPEC
+from mediafleet.modalities.video import SPEC
 
 __all__ = ["extract_keyframes"]
 

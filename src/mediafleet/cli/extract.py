@@ -156,7 +156,7 @@ def _check_opencv(capability: Any) -> None:
         UsageError: ``cv2`` is there but its library needs libGL, which this machine lacks.
     """
     from mediafleet.cli.inputs import UsageError
-    from mediafleet.workers.registry import spec_for
+    from mediafleet.modalities.registry import spec_for
 
     if capability is None or not spec_for(capability.action).opencv:
         return
@@ -240,7 +240,7 @@ def _extract_one(item: Any, args: argparse.Namespace, dispatcher: Any, manifest:
     from mediafleet.contract.errors import FleetUnreachable, MediafleetError, TimedOut
     from mediafleet.contract.jobs import JobState
     from mediafleet.report.text import summary_lines
-    from mediafleet.workers.registry import progress_unit
+    from mediafleet.modalities.registry import progress_unit
 
     refused: UnsupportedType | None = None
     try:

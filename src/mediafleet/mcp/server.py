@@ -65,7 +65,7 @@ from mediafleet.mcp.extras import crop_key, crop_targets, embedding_key, page_em
 from mediafleet.mcp.inline import Decoded, NotBase64, b64_size, decode_into, split_params
 from mediafleet.mcp.localjobs import LocalJobs, RunnerDied, run_folder, submit_request
 from mediafleet.sniff import sniff
-from mediafleet.workers.registry import SPECS
+from mediafleet.modalities.registry import SPECS
 
 __all__ = ["DEFAULT_MAX_IMAGE_BYTES", "DEFAULT_MAX_INLINE_BYTES", "DEFAULT_REGION_CROPS", "DEFAULT_WAIT_S", "TOOLS",
            "SidecarTools", "too_large_message"]

@@ -23,7 +23,7 @@ from mediafleet.contract.manifest import Capability, Manifest
 from mediafleet.orchestrators.job import Job
 from mediafleet.workers.pdf.split import page_count, ranges
 from mediafleet.workers.runner import run_request
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 
 __all__ = ["RANGE_PAGES", "StreamedPdfJob", "streams", "write_pdf_bundle"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from mediafleet.contract.bundle import EvidenceBundle
-from mediafleet.workers.registry import for_modality
+from mediafleet.modalities.registry import for_modality
 
 __all__ = ["audio_summary", "image_summary", "pdf_summary", "summary_lines", "video_summary"]
 

@@ -23,7 +23,7 @@ from typing import Any
 from mediafleet.contract.jobs import ExtractRequest, JobState, Outcome
 from mediafleet.fleet.deliveries import Started
 from mediafleet.fleet.store import JobStore
-from mediafleet.workers.spec import ProgressFn
+from mediafleet.modalities.spec import ProgressFn
 
 __all__ = ["Delivery", "Middleware", "Skip", "run_chain", "utc_now"]
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from mediafleet.fleet.redis_client import redis_away_errors
-from mediafleet.workers.registry import progress_unit
+from mediafleet.modalities.registry import progress_unit
 from mediafleet.workers.runtime.middleware.delivery import Delivery, Middleware
 
 __all__ = ["PROGRESS_EVERY_S", "TRANSIENT", "ProgressReporting", "ProgressThrottle"]
