@@ -37,7 +37,7 @@ from mediafleet.contract.errors import MediafleetError, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Modality
 from mediafleet.contract.pdf import PdfPage, PdfResult
-from mediafleet.workers.pdf.split import JoinHead
+from mediafleet.adapters.pdf_join import JoinHead
 from mediafleet.modalities.registry import for_modality
 from mediafleet.modalities.spec import ProgressFn
 from pydantic import TypeAdapter

@@ -20,7 +20,7 @@ SOURCES = {"mediafleet": ROOT / "src" / "mediafleet", "mediafleet.contract": ROO
            "mediafleet.workers": ROOT / "workers", "mediafleet.adapters": ROOT / "adapters"}
 LONGEST = 600
 # The rooms issue 40 names: each a package of its own, and none of the old flat modules left.
-ROOMS = ("fleet", "orchestrators", "blobs", "mcp", "cli", "discovery", "report")
+ROOMS = ("fleet", "orchestrators", "blobs", "mcp", "cli", "modalities", "discovery", "report")
 GONE = ("jobstore", "jobscripts", "unreachable", "presence", "orchestrator", "orchestrator_celery",
         "orchestrator_inprocess", "fleet_job", "job", "blobstore", "s3store", "retention", "mcp_server",
         "mcp_upstream", "localjobs", "caller_digest", "inputs")
@@ -132,3 +132,20 @@ def test_the_extractor_folders_hold_no_celery_and_no_fleet_state() -> None:
         imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         bad = sorted(m for m in imported if m.split(".")[0] in runtime or m.startswith(runtime))
         assert bad == [], f"{name} imports {bad}"
+
+
+def test_the_adapters_read_the_modalities_without_importing_the_workers() -> None:
+    """The adapters map results through the registered specs (``mediafleet.modalities``), whose
+    code parts are references: no adapter, nor anything it imports, imports an extractor."""
+    graph = {name: _imports(path) - {name} for name, path in MODULES.items()}
+    seen: set[str] = set()
+    todo = [name for name in MODULES if name.startswith("mediafleet.adapters")]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(graph[name])
+    reached = sorted(n for n in seen if n.startswith(("mediafleet.workers.pdf", "mediafleet.workers.image",
+                                                       "mediafleet.workers.audio", "mediafleet.workers.video",
+                                                       "mediafleet.workers.ocr", "mediafleet.workers.runtime")))
+    assert reached == []

@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from mediafleet.contract.common import Producer
 from mediafleet.contract.errors import ErrorCode, PublicError
 from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.pdf import PdfPage, PdfResult
+from mediafleet.adapters.pdf_join import JoinHead
 from mediafleet.workers.parts import ReportsGone
 from pydantic import BaseModel, TypeAdapter
 
-__all__ = ["PAGES", "JoinHead", "JoinedPages", "PagesPart", "page_count", "ranges"]
+__all__ = ["PAGES", "JoinedPages", "PagesPart", "page_count", "ranges"]
 
 
 def page_count(source: Path | BinaryIO) -> int | None:
@@ -61,47 +60,6 @@ def page_count(source: Path | BinaryIO) -> int | None:
 def ranges(pages: int, size: int) -> list[Span]:
     """Pages 1..``pages`` in ranges of ``size`` (the last one shorter)."""
     return [Span(first=first, last=min(first + size - 1, pages)) for first in range(1, pages + 1, size)]
-
-
-class JoinHead:
-    """The values a split job's join takes from its ranges' outcomes, added in page order (the
-    job's own range first): the earliest start, the latest end, each check passed only when every
-    range passed it, and the first producer that names OCR models (else the first range's).
-
-    The one rule for :meth:`PagesPart.join` and the bundle written from the ranges
-    (:mod:`mediafleet.adapters.pdf_stream`). It keeps a few values, never a range's outcome: a join
-    of many ranges keeps no objects made while reading each (which would pin the memory that
-    range's pages took).
-    """
-
-    def __init__(self) -> None:
-        self.ranges = 0
-        self._passed: dict[str, bool] = {}
-        self._seen: dict[str, int] = {}
-        self.producer: Producer | None = None
-        self.started_at: datetime | None = None
-        self.ended_at: datetime | None = None
-
-    def add(self, outcome: Outcome) -> None:
-        self.ranges += 1
-        for name, ok in outcome.checks.items():
-            if name in self._passed:
-                self._passed[name] = self._passed[name] and ok
-                self._seen[name] += 1
-            else:
-                self._passed[name] = ok
-                self._seen[name] = 1
-        producer = getattr(outcome.result, "producer", None)
-        if producer is not None and (self.producer is None or (producer.models and not self.producer.models)):
-            self.producer = producer
-        if self.started_at is None or outcome.started_at < self.started_at:
-            self.started_at = outcome.started_at
-        if self.ended_at is None or outcome.ended_at > self.ended_at:
-            self.ended_at = outcome.ended_at
-
-    @property
-    def checks(self) -> dict[str, bool]:
-        return {name: ok and self._seen[name] == self.ranges for name, ok in self._passed.items()}
 
 
 class PagesPart:
