@@ -33,7 +33,6 @@ import redis
 from mediafleet.contract.jobs import ArtifactRef, ExtractRequest, Outcome
 from mediafleet.contract.manifest import Modality
 from mediafleet.fleet.deliveries import delivery_taker
-from mediafleet.fleet.keys import CELERY_RESULT, finished_channel
 from mediafleet.fleet.presence import INDEX_KEY, worker_key
 from mediafleet.fleet.store import JobStore
 from tests.chaos.sentinel_cluster import MASTER_NAME, SentinelCluster

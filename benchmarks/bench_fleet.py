@@ -45,7 +45,7 @@ from unittest.mock import patch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_pdf import make_pdf  # noqa: E402
+from benchmarks.documents import make_pdf  # noqa: E402
 from benchmarks.harness import ROOT, fleet, table, write_results  # noqa: E402
 from mediafleet import Dispatcher, LocalBlobStore, Settings  # noqa: E402
 

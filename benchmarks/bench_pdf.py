@@ -42,26 +42,12 @@ sys.modules.setdefault("pymupdf.layout", None)  # type: ignore[arg-type]
 
 import pymupdf  # noqa: E402
 
+from benchmarks.documents import make_pdf  # noqa: E402
 from benchmarks.harness import REAL_PDF_ROOT, fleet, median_seconds, real_pdfs, table, write_results  # noqa: E402
 from benchmarks.pdf_memory import memory_peaks  # noqa: E402
 from benchmarks.pdf_split import split_speedup  # noqa: E402
 from mediafleet import Dispatcher, Settings  # noqa: E402
 from tests.media import scanned  # noqa: E402
-
-WORDS = "harbour ledger quartz orbit falcon granite willow copper velvet summit river canvas".split()
-
-
-def make_pdf(pages: int, salt: str = "") -> bytes:
-    doc = pymupdf.open()
-    for n in range(pages):
-        page = doc.new_page(width=595, height=842)
-        for i in range(40):
-            words = " ".join(WORDS[(n + i + k) % len(WORDS)] for k in range(10))
-            page.insert_text((56, 60 + 18 * i), f"{salt}{n}.{i} {words}", fontsize=10)
-    data = doc.tobytes(garbage=3, deflate=True)
-    doc.close()
-    return data
-
 
 def bare(path: Path) -> None:
     doc = pymupdf.open(path, filetype="pdf")

@@ -45,7 +45,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 import wave
 from dataclasses import dataclass
 from pathlib import Path

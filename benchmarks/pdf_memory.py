@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--fleet-only", action="store_true", help="only the fleet's worker and waiting CLI")
     parser.add_argument("--reuse", type=Path, help="keep the generated PDFs in this folder and reuse them")
     args = parser.parse_args()
-    from benchmarks.bench_pdf import make_pdf
+    from benchmarks.documents import make_pdf
 
     figures = memory_peaks(make_pdf, () if args.fleet_only else tuple(args.pages), with_fleet=not args.no_fleet,
                            fleet_pages=tuple(args.pages), reuse=args.reuse)

@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # The one package, from its four top-level folders (pyproject's package-dir).
 SOURCES = {"mediafleet": ROOT / "src" / "mediafleet", "mediafleet.contract": ROOT / "contract",
-           "mediafleet.workers": ROOT / "workers", "mediafleet.adapters": ROOT / "adapters"}
+           "mediafleet.workers": ROOT / "workers", "mediafleet.adapters": ROOT / "adapters",
+           "benchmarks": ROOT / "benchmarks"}  # the benchmarks: in the circle check, not the length one
 LONGEST = 600
 # The rooms issue 40 names: each a package of its own, and none of the old flat modules left.
 ROOMS = ("fleet", "orchestrators", "blobs", "mcp", "cli", "modalities", "discovery", "report")
@@ -106,7 +107,7 @@ def test_no_module_imports_itself_back() -> None:
     assert _circles(graph) == []
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("mediafleet")))
 def test_no_module_is_over_600_lines(name: str) -> None:
     lines = MODULES[name].read_text(encoding="utf-8").count("\n")
     assert lines <= LONGEST, f"{MODULES[name].relative_to(ROOT)}: {lines} lines; split it by what it holds"

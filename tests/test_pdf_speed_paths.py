@@ -653,7 +653,7 @@ def _pages(doc: Any) -> range:
 def test_every_page_reads_in_the_plain_xy_cuts_order(many_pdfs: list[Path], order_of: Any) -> None:
     """Every page of every real and made PDF (and the first of the benchmark's): its lines'
     boxes, as the text layer hands them to the reading order, in the plain XY-cut's order."""
-    from benchmarks.bench_pdf import make_pdf
+    from benchmarks.documents import make_pdf
 
     documents = [pymupdf.open(path) for path in many_pdfs]
     # The benchmark's pages, as bench_pdf makes them (20 of its 500: making 500 takes some 18 s).

@@ -62,8 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="Exit codes: 0 ok; 1 an artifact failed or could not be read; 2 a mistake in the "
                             "command or settings (nothing was run); 3 the fleet cannot be reached; 130 interrupted.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # What every command that reaches the fleet takes, declared once.
+    fleet = argparse.ArgumentParser(add_help=False)
+    fleet.add_argument("--broker", metavar="URL",
+                       help="the fleet's redis://, rediss:// or sentinel:// URL (default: MEDIAFLEET_BROKER_URL; "
+                            "extract and serve-mcp run in-process without one)")
 
-    ex = sub.add_parser("extract", help="extract evidence from files (in-process unless a broker is set)",
+    ex = sub.add_parser("extract", parents=[fleet], help="extract evidence from files (in-process unless a broker is set)",
                         description="Extract evidence from each input and print what was found. In-process "
                                     "unless a broker is set (--broker or MEDIAFLEET_BROKER_URL).")
     ex.add_argument("files", nargs="*", metavar="FILE",
@@ -87,12 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--option", "-o", action="append", type=_option, default=[], metavar="NAME=VALUE",
                     help="a capability option, VALUE as JSON or text (e.g. -o dpi=300 -o ocr=always); "
                          "repeatable; `mediafleet manifest` lists each action's options and their ranges")
-    ex.add_argument("--broker", metavar="URL", help="submit to the fleet at this redis:// or rediss:// URL and wait")
     ex.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                     help="stop waiting for the fleet after this long (the job goes on; default: wait)")
 
-    wk = sub.add_parser("worker", help="run a Celery worker for the configured device's queues")
-    wk.add_argument("--broker", metavar="URL", help="the fleet's redis:// or rediss:// URL (default: the settings')")
+    wk = sub.add_parser("worker", parents=[fleet], help="run a Celery worker for the configured device's queues")
     wk.add_argument("--queues", help="comma-separated queues (default: every capability for --device)")
     wk.add_argument("--concurrency", type=_positive, default=1,
                     help="pool processes, each running one job at a time (default 1)")
@@ -111,15 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="send Celery task events for Flower (MEDIAFLEET_TASK_EVENTS; default off: each costs "
                          "Redis publishes per job, and a running Flower turns them on itself)")
 
-    st = sub.add_parser("status", help="queues, live workers by device class, and a job's state")
+    st = sub.add_parser("status", parents=[fleet], help="queues, live workers by device class, and a job's state")
     st.add_argument("job", nargs="?", help="a job id (mf-...)")
-    st.add_argument("--broker", metavar="URL", help="the fleet's redis:// or rediss:// URL (default: the settings')")
 
-    cn = sub.add_parser("cancel", help="cancel a job: a queued one never starts, a running one stops")
+    cn = sub.add_parser("cancel", parents=[fleet], help="cancel a job: a queued one never starts, a running one stops")
     cn.add_argument("job", help="a job id (mf-...)")
-    cn.add_argument("--broker", metavar="URL", help="the fleet's redis:// or rediss:// URL (default: the settings')")
 
-    mc = sub.add_parser("serve-mcp", help="serve the callers' four sidecar tools over MCP (stdio, or --http)")
+    mc = sub.add_parser("serve-mcp", parents=[fleet], help="serve the callers' four sidecar tools over MCP (stdio, or --http)")
     mc.add_argument("--http", action="store_true", help="streamable HTTP at http://HOST:PORT/mcp instead of stdio")
     mc.add_argument("--host", default="127.0.0.1", help="HTTP address (default loopback)")
     mc.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
@@ -149,7 +150,6 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--is-error", action="store_true",
                     help="also set isError on failures (the callers' client raises on it and loses the error: "
                          "leave off for them)")
-    mc.add_argument("--broker", help="serve from the fleet at this broker URL (default: the settings')")
     mc.add_argument("--tools", metavar="LIST",
                     help="comma-separated tools to serve (default all four: pdf_action, image_decode, transcribe_media, "
                          "video_keyframes); under a catalog server's name, the ones the callers send there")
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the real server of that name, 'stdio:<command line>' or an http(s):// URL: every call "
                          "mediafleet does not serve (another tool, another action) is forwarded to it")
 
-    gc = sub.add_parser("gc", help="delete blobs and results past the retention rule (README: Blob store)")
+    gc = sub.add_parser("gc", parents=[fleet], help="delete blobs and results past the retention rule (README: Blob store)")
     gc.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
     gc.add_argument("--json", action="store_true", help="print the report as one JSON object")
     gc.add_argument("--max-age", type=_age, metavar="AGE",
