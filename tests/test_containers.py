@@ -9,7 +9,8 @@ bind-mounted into them); a worker container is killed mid-job and the job finish
 other; `docker-compose run --rm cli status` sees the fleet. Everything is torn down after.
 
 Where no dockerd answers, one is started (root only): `dockerd --bridge=none --iptables=false`
-with its state in /var/lib/mediafleet-test-docker (kept, so a later run reuses the build cache) and
+with its state in /var/lib/mediafleet-test-docker (kept, so a later run reuses the build cache; the
+images a rebuild leaves untagged are pruned after) and
 its socket under /run/mediafleet-test-docker; it is stopped after. A machine that cannot run one
 skips these tests, except in CI (CI=true), where that is a failure.
 
@@ -110,6 +111,10 @@ def docker_env(pytestconfig: pytest.Config) -> Iterator[dict[str, str]]:
                            f"state in {STATE}")
         yield env
     finally:
+        # The state is kept for the build cache; the images each rebuild leaves untagged are not
+        # (a CPU and a GPU image a run, about 6 GB: they filled this disk once).
+        subprocess.run(["docker", "image", "prune", "--force"], env=env, capture_output=True, timeout=300,
+                       check=False)
         daemon.send_signal(signal.SIGTERM)
         try:
             daemon.wait(timeout=60)
