@@ -119,7 +119,7 @@ def test_progress_is_recorded_and_the_state_is_never_ambiguous(fleet_env, start_
     dispatcher = fleet(fleet_env, tmp_path)
     assert dispatcher.job("mf-" + "0" * 32) is None  # unknown is unknown, not PENDING
     job = dispatcher.submit(marked_pdf("MF-SLOW"))
-    assert job.state() == JobState.QUEUED
+    assert job.state() in (JobState.QUEUED, JobState.STARTED)  # the idle worker may have taken it already
     seen = []
     bundle = job.bundle(timeout=120, on_progress=seen.append)
     assert bundle.status == "ok"

@@ -35,9 +35,14 @@ def test_a_lost_nodes_started_job_is_redelivered_within_the_bound(slow_fleet) ->
     lost.proc.wait(timeout=10)
     killed_at = time.monotonic()
     stale_status_s = 0.0
-    while (record := fleet.jobs().get(job.id)) is not None and not record.final:
-        assert time.monotonic() - killed_at < BOUND_S, record.summary()
+    while True:
+        # status first, then the record: a worker gone from status (its presence expired) stays
+        # gone, so a record read after it must not still call that worker alive
         live = {h for hosts in fleet.status()["workers"].values() for h in hosts}
+        record = fleet.jobs().get(job.id)
+        if record is None or record.final:
+            break
+        assert time.monotonic() - killed_at < BOUND_S, record.summary()
         summary = record.summary()
         if summary["state"] == JobState.STARTED.value and record.hostname not in live \
                 and summary.get("worker_alive") is not False:
