@@ -34,12 +34,12 @@ from typing import Any, BinaryIO, Protocol
 from mediafleet.adapters.loci import to_loci
 from mediafleet.adapters.verify import loci_valid
 from mediafleet.contract.errors import CapabilityRefused, ErrorCode, IntegrityError, PublicError
-from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
+from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.results import OPTIONS_BY_MODALITY
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["PartKind", "Planned", "ReportsGone", "decides", "head_of", "join", "join_inline", "kind_of", "named_job_id", "narrow", "options_for", "own_part", "part_capabilities", "plan", "probe", "report_head", "verify_result", "within_manifest"]
+__all__ = ["PartKind", "Planned", "ReportsGone", "decides", "head_of", "join", "join_inline", "kind_of", "named_job_id", "narrow", "options_for", "own_part", "part_capabilities", "plan", "probe", "report_head", "split_by_span", "verify_result", "within_manifest"]
 
 Planned = tuple[ExtractRequest, dict[str, ExtractRequest]]
 """The job's own request (a split's first range) and its parts' requests by part name."""
@@ -345,3 +345,21 @@ def join(request: ExtractRequest, reported: Mapping[str, Outcome | None], capabi
     except (CapabilityRefused, IntegrityError) as exc:
         return outcome.model_copy(update={"status": "failed", "result": None, "error": exc.public(), "checks": checks})
     return outcome.model_copy(update={"checks": checks})
+
+
+def split_by_span(request: ExtractRequest, name: str, capability: Capability, first: Span,
+                  rest: list[Span]) -> tuple[ExtractRequest, dict[str, ExtractRequest]]:
+    """A split's plan: the job's own request narrowed to ``first``, and one part per further span,
+    named ``<name>:<first>-<last>``, its id derived from the job's and its span."""
+    from mediafleet.adapters.ids import part_job_id
+
+    parts = {}
+    for span in rest:
+        label = f"{name}:{span.first}-{span.last}"
+        parts[label] = request.model_copy(update={
+            "job_id": part_job_id(request.artifact.digest, request.action, capability.extractor_version,
+                                  request.job_id, (span.first, span.last)),
+            "part_of": PartOf(job_id=request.job_id, action=request.action, part=label),
+            "span": span,
+        })
+    return request.model_copy(update={"span": first}), parts

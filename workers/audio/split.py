@@ -27,8 +27,9 @@ from pydantic import BaseModel, ValidationError
 
 from mediafleet.contract.audio import AudioResult
 from mediafleet.contract.errors import ErrorCode, PublicError
-from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf, Span
+from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
+from mediafleet.workers.parts import split_by_span
 
 __all__ = ["SECONDS", "SecondsPart", "recording_seconds", "windows"]
 
@@ -80,23 +81,12 @@ class SecondsPart:
         """Nothing for a recording of at most ``size`` seconds, of unknown length, over the
         duration limit, or whose speakers are labelled (above); else the first window on the job's
         own request and one part per further window."""
-        from mediafleet.adapters.ids import part_job_id
-
         assert part.size is not None
         limit = capability.limits.max_duration_s
         if fact is None or fact <= part.size or (limit is not None and fact > limit) or _labels_speakers(request):
             return request, {}
         first, *rest = windows(fact, part.size)
-        parts = {}
-        for span in rest:
-            label = f"{name}:{span.first}-{span.last}"
-            parts[label] = request.model_copy(update={
-                "job_id": part_job_id(request.artifact.digest, request.action, capability.extractor_version,
-                                      request.job_id, (span.first, span.last)),
-                "part_of": PartOf(job_id=request.job_id, action=request.action, part=label),
-                "span": span,
-            })
-        return request.model_copy(update={"span": first}), parts
+        return split_by_span(request, name, capability, first, rest)
 
     def narrow(self, options: BaseModel, span: Span) -> BaseModel:
         """The window in milliseconds of the recording, ``[first - 1, last)`` seconds."""

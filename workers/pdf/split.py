@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from mediafleet.contract.errors import ErrorCode, PublicError
-from mediafleet.contract.jobs import ExtractRequest, Outcome, PartOf, Span
+from mediafleet.contract.jobs import ExtractRequest, Outcome, Span
 from mediafleet.contract.manifest import Capability, Manifest, Part
 from mediafleet.contract.pdf import PdfPage, PdfResult
 from mediafleet.adapters.pdf_join import JoinHead
-from mediafleet.workers.parts import ReportsGone
+from mediafleet.workers.parts import ReportsGone, split_by_span
 from pydantic import BaseModel, TypeAdapter
 
 __all__ = ["PAGES", "JoinedPages", "PagesPart", "page_count", "ranges"]
@@ -76,23 +76,12 @@ class PagesPart:
         """Nothing for a PDF of at most ``size`` pages (or an unknown count); else the first range
         on the job's own request and one part per further range, each with an id derived from the
         job's and its range."""
-        from mediafleet.adapters.ids import part_job_id
-
         assert part.size is not None
         limit = capability.limits.max_pages
         if fact is None or fact <= part.size or (limit is not None and fact > limit):
             return request, {}  # one task (one over the page limit fails there, as it would whole)
         first, *rest = ranges(fact, part.size)
-        parts = {}
-        for span in rest:
-            label = f"{name}:{span.first}-{span.last}"
-            parts[label] = request.model_copy(update={
-                "job_id": part_job_id(request.artifact.digest, request.action, capability.extractor_version,
-                                      request.job_id, (span.first, span.last)),
-                "part_of": PartOf(job_id=request.job_id, action=request.action, part=label),
-                "span": span,
-            })
-        return request.model_copy(update={"span": first}), parts
+        return split_by_span(request, name, capability, first, rest)
 
     def narrow(self, options: BaseModel, span: Span) -> BaseModel:
         return options.model_copy(update={"page_span": (span.first, span.last)})
